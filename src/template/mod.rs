@@ -1,0 +1,150 @@
+//! Chat templates: Jinja templates rendered with Hugging Face `transformers` semantics.
+//!
+//! [`ChatTemplate`] turns messages (already normalised to the shape transformers passes to a
+//! template) into prompt text. [`source`] finds a template: bundled by name, a file, or a model
+//! folder's `tokenizer_config.json` / `chat_template.jinja` / `chat_template.json`.
+
+mod environment;
+pub mod pyjson;
+pub mod source;
+
+use minijinja::Environment;
+use minijinja::value::{Serde, Value};
+use std::collections::BTreeMap;
+use std::error::Error as _;
+
+pub use source::{TemplateSpec, load_template};
+
+/// Errors from compiling or rendering a chat template.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The template called `raise_exception(message)`: the conversation is invalid for it.
+    #[error("{0}")]
+    Raised(String),
+    /// The template failed while rendering (undefined attribute, bad operation, ...).
+    #[error("chat template failed to render: {0}")]
+    Render(String),
+    /// The template text does not compile.
+    #[error("chat template does not compile: {0}")]
+    Syntax(String),
+    /// The template could not be found or read.
+    #[error("cannot load chat template: {0}")]
+    Load(String),
+}
+
+/// A compiled chat template plus the special-token variables it is rendered with.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    name: String,
+    /// `bos_token`, `eos_token`, ... as strings, passed to every render.
+    special_tokens: BTreeMap<String, String>,
+}
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("name", &self.name)
+            .field("special_tokens", &self.special_tokens)
+            .finish()
+    }
+}
+
+/// What one render needs besides the template: the inputs of `apply_chat_template`.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderRequest<'a> {
+    /// Messages as transformers hands them to the template (a JSON array).
+    pub messages: &'a serde_json::Value,
+    /// Tool schemas; `None` renders `tools` as none.
+    pub tools: Option<&'a serde_json::Value>,
+    pub add_generation_prompt: bool,
+    /// Extra template variables (`chat_template_kwargs`); they override everything else.
+    pub kwargs: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `name` is only used in logs and errors.
+    pub fn new(
+        name: impl Into<String>,
+        source: String,
+        special_tokens: BTreeMap<String, String>,
+    ) -> Result<Self, TemplateError> {
+        let mut env = environment::hf_environment();
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        Ok(Self {
+            env,
+            name: name.into(),
+            special_tokens,
+        })
+    }
+
+    /// The template's name (bundled name, file path or model folder).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A special-token variable such as `eos_token`, if the model defines it.
+    pub fn special_token(&self, key: &str) -> Option<&str> {
+        self.special_tokens.get(key).map(String::as_str)
+    }
+
+    /// Renders the template like `tokenizer.apply_chat_template(..., tokenize=False)`.
+    pub fn render(&self, request: RenderRequest<'_>) -> Result<String, TemplateError> {
+        let mut ctx: BTreeMap<String, Value> = self
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        ctx.insert("messages".into(), Value::from(Serde(request.messages)));
+        ctx.insert(
+            "tools".into(),
+            request.tools.map(|t| Value::from(Serde(t))).unwrap_or(Value::from(())),
+        );
+        ctx.insert("documents".into(), Value::from(()));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(request.add_generation_prompt),
+        );
+        for (k, v) in request.kwargs.into_iter().flatten() {
+            ctx.insert(k.clone(), Value::from(Serde(v)));
+        }
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        template.render(Value::from(ctx)).map_err(|e| classify(&e))
+    }
+}
+
+fn classify(error: &minijinja::Error) -> TemplateError {
+    let mut source = error.source();
+    let mut cause: &minijinja::Error = error;
+    loop {
+        if cause
+            .source()
+            .is_some_and(|s| s.is::<environment::RaisedByTemplate>())
+        {
+            return TemplateError::Raised(cause.detail().unwrap_or_default().to_string());
+        }
+        match source.and_then(|s| s.downcast_ref::<minijinja::Error>()) {
+            Some(inner) => {
+                cause = inner;
+                source = inner.source();
+            }
+            None => return TemplateError::Render(describe(error)),
+        }
+    }
+}
+
+fn describe(error: &minijinja::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}

@@ -1,0 +1,131 @@
+//! Where a chat template comes from: a bundled template, a file, or a model folder.
+
+use super::{ChatTemplate, TemplateError};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Templates shipped inside the binary, by name.
+const BUNDLED: &[(&str, &str)] = &[
+    ("chatml", include_str!("../../templates/chatml.jinja")),
+    ("hermes", include_str!("../../templates/hermes.jinja")),
+];
+
+/// Special-token keys of `tokenizer_config.json` that templates read as variables.
+const SPECIAL_TOKEN_KEYS: &[&str] = &["bos_token", "eos_token", "unk_token", "pad_token"];
+
+/// How the user named a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSpec {
+    /// A bundled template (`chatml`, `hermes`).
+    Bundled(String),
+    /// A Jinja file, or a model folder whose template is used.
+    Path(PathBuf),
+}
+
+impl TemplateSpec {
+    /// Parses a `--chat-template` value: a bundled name, else a path.
+    pub fn parse(value: &str) -> Self {
+        if BUNDLED.iter().any(|(name, _)| *name == value) {
+            Self::Bundled(value.to_string())
+        } else {
+            Self::Path(PathBuf::from(value))
+        }
+    }
+}
+
+/// Names of the bundled templates.
+pub fn bundled_names() -> impl Iterator<Item = &'static str> {
+    BUNDLED.iter().map(|(name, _)| *name)
+}
+
+/// Builds the chat template: `spec` if given, else the model folder's own template. Special
+/// tokens (`bos_token`, `eos_token`, ...) always come from the model folder when there is one.
+pub fn load_template(
+    spec: Option<&TemplateSpec>,
+    model_dir: Option<&Path>,
+) -> Result<ChatTemplate, TemplateError> {
+    let config = match model_dir {
+        Some(dir) => read_tokenizer_config(dir)?,
+        None => serde_json::Value::Null,
+    };
+    let special_tokens = special_tokens(&config);
+    let (name, source) = match (spec, model_dir) {
+        (Some(TemplateSpec::Bundled(name)), _) => (name.clone(), bundled(name)?.to_string()),
+        (Some(TemplateSpec::Path(path)), _) if path.is_dir() => {
+            (path.display().to_string(), model_dir_template(path, &read_tokenizer_config(path)?)?)
+        }
+        (Some(TemplateSpec::Path(path)), _) => (path.display().to_string(), read(path)?),
+        (None, Some(dir)) => (dir.display().to_string(), model_dir_template(dir, &config)?),
+        (None, None) => return Err(TemplateError::Load("no chat template given".into())),
+    };
+    ChatTemplate::new(name, source, special_tokens)
+}
+
+fn bundled(name: &str) -> Result<&'static str, TemplateError> {
+    BUNDLED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, source)| *source)
+        .ok_or_else(|| TemplateError::Load(format!("no bundled template named {name:?}")))
+}
+
+fn read(path: &Path) -> Result<String, TemplateError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| TemplateError::Load(format!("{}: {e}", path.display())))
+}
+
+fn read_tokenizer_config(dir: &Path) -> Result<serde_json::Value, TemplateError> {
+    let path = dir.join("tokenizer_config.json");
+    if !path.exists() {
+        return Ok(serde_json::Value::Null);
+    }
+    serde_json::from_str(&read(&path)?)
+        .map_err(|e| TemplateError::Load(format!("{}: {e}", path.display())))
+}
+
+/// A model folder's template, in the order transformers looks: `chat_template.jinja`,
+/// `chat_template.json`, then `tokenizer_config.json`'s `chat_template` (a string, or a list of
+/// named templates of which `default` is used).
+fn model_dir_template(dir: &Path, config: &serde_json::Value) -> Result<String, TemplateError> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.exists() {
+        return read(&jinja);
+    }
+    let json = dir.join("chat_template.json");
+    if json.exists() {
+        let value: serde_json::Value = serde_json::from_str(&read(&json)?)
+            .map_err(|e| TemplateError::Load(format!("{}: {e}", json.display())))?;
+        if let Some(template) = template_field(&value) {
+            return Ok(template);
+        }
+    }
+    template_field(config).ok_or_else(|| {
+        TemplateError::Load(format!("{} has no chat template", dir.display()))
+    })
+}
+
+fn template_field(config: &serde_json::Value) -> Option<String> {
+    match config.get("chat_template")? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(named) => named
+            .iter()
+            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .or_else(|| named.first())
+            .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+        _ => None,
+    }
+}
+
+/// `bos_token` and friends; each may be a plain string or an AddedToken object.
+fn special_tokens(config: &serde_json::Value) -> BTreeMap<String, String> {
+    SPECIAL_TOKEN_KEYS
+        .iter()
+        .filter_map(|key| {
+            let value = config.get(*key)?;
+            let text = value
+                .as_str()
+                .or_else(|| value.get("content").and_then(|c| c.as_str()))?;
+            Some((key.to_string(), text.to_string()))
+        })
+        .collect()
+}

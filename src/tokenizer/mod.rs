@@ -1,0 +1,89 @@
+//! Text ↔ token ids with a model's Hugging Face `tokenizer.json`.
+//!
+//! Rendered prompts contain special tokens as text (`<|im_start|>`); they are encoded as the
+//! special tokens themselves and no BOS/EOS is added, exactly like
+//! `tokenizer.encode(text, add_special_tokens=False)` in transformers.
+
+use std::path::{Path, PathBuf};
+
+/// Errors from loading a tokenizer or encoding text.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("cannot load tokenizer from {path}: {reason}")]
+    Load { path: PathBuf, reason: String },
+    #[error("tokenization failed: {0}")]
+    Encode(String),
+}
+
+/// A loaded tokenizer. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Special added tokens by id (the library rebuilds its map on every query).
+    special: std::collections::HashMap<u32, String>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.inner.get_vocab_size(true))
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` from a file, or from a model folder that holds one.
+    pub fn from_path(path: &Path) -> Result<Self, TokenizerError> {
+        let file = if path.is_dir() {
+            path.join("tokenizer.json")
+        } else {
+            path.to_path_buf()
+        };
+        let inner = tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::Load {
+            path: file.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self::from_tokenizer(inner))
+    }
+
+    /// Wraps an already built tokenizer.
+    pub fn from_tokenizer(inner: tokenizers::Tokenizer) -> Self {
+        let special = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, token)| (id, token.content))
+            .collect();
+        Self { inner, special }
+    }
+
+    /// Token ids of `text`, special-token text included as special tokens, nothing added.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.inner
+            .encode_fast(text, false)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| TokenizerError::Encode(e.to_string()))
+    }
+
+    /// The text of `ids`, special tokens kept.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, false).unwrap_or_default()
+    }
+
+    /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// True when `id` is an added special token such as `<|im_end|>` or `<|eot_id|>`.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.contains_key(&id)
+    }
+
+    /// The text a special token stands for (its content), if `id` is one.
+    pub fn special_token_text(&self, id: u32) -> Option<&str> {
+        self.special.get(&id).map(String::as_str)
+    }
+}
