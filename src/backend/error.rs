@@ -1,0 +1,28 @@
+use std::time::Duration;
+
+/// Failures talking to an inference server.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// No connection could be made, or it broke before a reply.
+    #[error("backend {url} unreachable: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// The backend did not answer in time.
+    #[error("backend {url} timed out after {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    /// The backend answered with an error status.
+    #[error("backend {url} returned HTTP {status}: {message}")]
+    Status {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    /// The backend aborted the request (SGLang reports this with HTTP 200).
+    #[error("backend {url} aborted the request: {message}")]
+    Aborted { url: String, message: String },
+    /// The reply is not in the backend's wire format.
+    #[error("backend {url} sent an unexpected reply: {reason}")]
+    Protocol { url: String, reason: String },
+    /// No backend is configured or available.
+    #[error("no backend available: {0}")]
+    NoBackend(String),
+}

@@ -1,0 +1,119 @@
+//! The HTTP plumbing the JSON backends share: one POST with timeout and error mapping.
+
+use super::BackendError;
+use serde::Serialize;
+use std::time::Duration;
+
+/// A JSON-over-HTTP connection to one server.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonClient {
+    pub base_url: String,
+    client: reqwest::Client,
+    api_key: Option<String>,
+    timeout: Duration,
+}
+
+impl JsonClient {
+    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+        Self {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .tcp_nodelay(true)
+                .build()
+                .expect("HTTP client builds with default TLS-free settings"),
+            api_key,
+            timeout,
+        }
+    }
+
+    /// POSTs `body` to `{root}{path}` and returns the parsed JSON reply.
+    pub async fn post(
+        &self,
+        root: &str,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<serde_json::Value, BackendError> {
+        let mut request = self
+            .client
+            .post(format!("{root}{path}"))
+            .timeout(self.timeout)
+            .json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| self.transport_error(e))?;
+        if !status.is_success() {
+            return Err(BackendError::Status {
+                url: self.base_url.clone(),
+                status: status.as_u16(),
+                message: error_message(&bytes),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
+    }
+
+    /// GETs `{root}{path}` and succeeds on any 2xx status.
+    pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
+        let mut request = self.client.get(format!("{root}{path}")).timeout(self.timeout);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            let bytes = response.bytes().await.unwrap_or_default();
+            Err(BackendError::Status {
+                url: self.base_url.clone(),
+                status: status.as_u16(),
+                message: error_message(&bytes),
+            })
+        }
+    }
+
+    pub fn protocol(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Protocol {
+            url: self.base_url.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    fn transport_error(&self, error: reqwest::Error) -> BackendError {
+        if error.is_timeout() {
+            BackendError::Timeout {
+                url: self.base_url.clone(),
+                timeout: self.timeout,
+            }
+        } else {
+            BackendError::Unreachable {
+                url: self.base_url.clone(),
+                reason: error.to_string(),
+            }
+        }
+    }
+}
+
+/// The message of an error body in any of the shapes backends use
+/// (`{"error":{"message"}}`, `{"error":"..."}`, `{"message"}`), or the raw text.
+fn error_message(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return text.trim().chars().take(500).collect();
+    };
+    json.pointer("/error/message")
+        .or_else(|| json.get("error").filter(|e| e.is_string()))
+        .or_else(|| json.get("message"))
+        .and_then(|m| m.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| text.chars().take(500).collect())
+}
+
+/// Strips a trailing `/v1` so both `http://host:8000` and `http://host:8000/v1` work.
+pub(crate) fn server_root(base_url: &str) -> String {
+    let trimmed = base_url.trim_end_matches('/');
+    trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string()
+}

@@ -1,0 +1,142 @@
+//! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
+
+use super::http::{JsonClient, server_root};
+use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// An SGLang server.
+#[derive(Debug)]
+pub struct SglangBackend {
+    http: JsonClient,
+    root: String,
+}
+
+impl SglangBackend {
+    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+        Self {
+            http: JsonClient::new(base_url, api_key, timeout),
+            root: server_root(base_url),
+        }
+    }
+
+    fn body(request: &GenerateRequest) -> Value {
+        let p = &request.params;
+        let mut sampling = json!({ "n": request.n });
+        let fields = [
+            ("max_new_tokens", p.max_tokens.map(Value::from)),
+            ("temperature", p.temperature.map(Value::from)),
+            ("top_p", p.top_p.map(Value::from)),
+            ("top_k", p.top_k.map(Value::from)),
+            ("min_p", p.min_p.map(Value::from)),
+            ("sampling_seed", p.seed.map(Value::from)),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                sampling[key] = value;
+            }
+        }
+        if !p.stop.is_empty() {
+            sampling["stop"] = json!(p.stop);
+        }
+        json!({
+            "input_ids": request.prompt,
+            "sampling_params": sampling,
+            "return_logprob": true,
+            "logprob_start_len": -1,
+            "top_logprobs_num": p.top_logprobs.unwrap_or(0),
+            "return_text_in_logprobs": false,
+            "stream": false,
+        })
+    }
+
+    fn parse_output(&self, output: &Value, want_top: bool) -> Result<Generation, BackendError> {
+        let meta = &output["meta_info"];
+        let finish = &meta["finish_reason"];
+        let finish_reason = match finish["type"].as_str() {
+            Some("length") => FinishReason::Length,
+            Some("abort") => {
+                return Err(BackendError::Aborted {
+                    url: self.http.base_url.clone(),
+                    message: finish["message"].as_str().unwrap_or("aborted").to_string(),
+                });
+            }
+            _ => FinishReason::Stop,
+        };
+        let stop = match &finish["matched"] {
+            Value::String(s) => Some(StopMatch::Text(s.clone())),
+            Value::Number(n) => n.as_u64().map(|id| StopMatch::Token(id as u32)),
+            _ => None,
+        };
+        let pairs = meta["output_token_logprobs"]
+            .as_array()
+            .ok_or_else(|| self.http.protocol("meta_info has no output_token_logprobs"))?;
+        let mut token_ids = Vec::with_capacity(pairs.len());
+        let mut logprobs = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            let (Some(lp), Some(id)) = (pair[0].as_f64(), pair[1].as_u64()) else {
+                return Err(self.http.protocol("output_token_logprobs entry is not [logprob, id, text]"));
+            };
+            logprobs.push(lp as f32);
+            token_ids.push(id as u32);
+        }
+        if let Some(ids) = output["output_ids"].as_array()
+            && (ids.len() != token_ids.len()
+                || ids.iter().zip(&token_ids).any(|(a, b)| a.as_u64() != Some(u64::from(*b))))
+        {
+            return Err(self.http.protocol("output_ids disagree with output_token_logprobs"));
+        }
+        let top_logprobs = want_top.then(|| {
+            meta["output_top_logprobs"]
+                .as_array()
+                .map(|positions| {
+                    positions
+                        .iter()
+                        .map(|alts| {
+                            alts.as_array()
+                                .map(|alts| {
+                                    alts.iter()
+                                        .filter_map(|a| Some((a[1].as_u64()? as u32, a[0].as_f64()? as f32)))
+                                        .collect()
+                                })
+                                .unwrap_or_default()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        Ok(Generation {
+            token_ids,
+            logprobs,
+            top_logprobs,
+            finish_reason,
+            stop,
+            weight_version: meta["weight_version"].as_str().map(str::to_string),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for SglangBackend {
+    fn base_url(&self) -> &str {
+        &self.http.base_url
+    }
+
+    async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
+        let reply = self
+            .http
+            .post(&self.root, "/generate", &Self::body(request))
+            .await?;
+        let outputs = match reply {
+            Value::Array(items) => items,
+            single => vec![single],
+        };
+        let want_top = request.params.top_logprobs.is_some();
+        outputs.iter().map(|o| self.parse_output(o, want_top)).collect()
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        self.http.get_ok(&self.root, "/health").await
+    }
+}

@@ -1,0 +1,228 @@
+//! OpenAI chat messages: validation, and the shape a chat template receives.
+//!
+//! OpenAI clients send `content: null` on assistant turns that only call tools, content as
+//! a list of text parts, and tool-call arguments as JSON strings. Templates expect what
+//! transformers hands them, so messages are normalised here before rendering (the template
+//! engine itself stays faithful to transformers).
+
+use serde_json::{Map, Value};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    fn parse(role: &str) -> Option<Self> {
+        Some(match role {
+            "system" => Self::System,
+            "developer" => Self::Developer,
+            "user" => Self::User,
+            "assistant" => Self::Assistant,
+            "tool" => Self::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// A tool call inside an assistant message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Arguments as sent: a JSON string (OpenAI) or an object.
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// The arguments as a JSON value (a string that holds JSON is parsed).
+    pub fn arguments_value(&self) -> Value {
+        match &self.arguments {
+            Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| self.arguments.clone()),
+            other => other.clone(),
+        }
+    }
+}
+
+/// One validated message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// Text content; `None` when the client sent `null` or left it out.
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    /// Every other field, passed to the template untouched (`name`, `tool_call_id`, ...).
+    pub extra: Map<String, Value>,
+}
+
+/// A message the client sent that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("messages[{index}]: {reason}")]
+pub struct MessageError {
+    pub index: usize,
+    pub reason: String,
+}
+
+impl ChatMessage {
+    /// Validates one raw message.
+    pub fn parse(index: usize, raw: &Value) -> Result<Self, MessageError> {
+        let fail = |reason: String| MessageError { index, reason };
+        let object = raw
+            .as_object()
+            .ok_or_else(|| fail("a message must be an object".into()))?;
+        let role_text = object
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail("'role' must be a string".into()))?;
+        let role = Role::parse(role_text).ok_or_else(|| {
+            fail(format!(
+                "unknown role '{role_text}' (expected system, developer, user, assistant or tool)"
+            ))
+        })?;
+        let content = match object.get("content") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(parts)) => Some(join_text_parts(parts).map_err(fail)?),
+            Some(_) => return Err(fail("'content' must be a string, null or a list of text parts".into())),
+        };
+        let tool_calls = match object.get("tool_calls") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(calls)) if role == Role::Assistant => calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| parse_tool_call(call).map_err(|r| fail(format!("tool_calls[{i}]: {r}"))))
+                .collect::<Result<_, _>>()?,
+            Some(Value::Array(_)) => return Err(fail("only assistant messages carry tool_calls".into())),
+            Some(_) => return Err(fail("'tool_calls' must be a list".into())),
+        };
+        let extra = object
+            .iter()
+            .filter(|(k, v)| !matches!(k.as_str(), "role" | "content" | "tool_calls") && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(Self {
+            role,
+            content,
+            tool_calls,
+            extra,
+        })
+    }
+
+    /// The message as transformers passes it to a template: null fields dropped, content a
+    /// string (empty for `null`), tool-call arguments parsed to mappings, and a reasoning field
+    /// mirrored to both `reasoning_content` and `thinking`.
+    pub fn to_template_value(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("role".into(), Value::from(self.role_str()));
+        out.insert("content".into(), Value::from(self.content.clone().unwrap_or_default()));
+        if !self.tool_calls.is_empty() {
+            let calls = self
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    let arguments = match call.arguments_value() {
+                        object @ Value::Object(_) => object,
+                        _ => call.arguments.clone(),
+                    };
+                    serde_json::json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": arguments},
+                    })
+                })
+                .collect();
+            out.insert("tool_calls".into(), Value::Array(calls));
+        }
+        for (key, value) in &self.extra {
+            out.insert(key.clone(), value.clone());
+        }
+        let reasoning = ["reasoning_content", "thinking", "reasoning"]
+            .iter()
+            .find_map(|k| self.extra.get(*k).cloned());
+        if let Some(reasoning) = reasoning {
+            out.insert("reasoning_content".into(), reasoning.clone());
+            out.insert("thinking".into(), reasoning);
+        }
+        Value::Object(out)
+    }
+
+    pub fn role_str(&self) -> &'static str {
+        match self.role {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+fn join_text_parts(parts: &[Value]) -> Result<String, String> {
+    let mut texts = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+            (Some("text"), Some(text)) => texts.push(text),
+            (Some(kind), _) if kind != "text" => {
+                return Err(format!("content[{i}]: part type '{kind}' is not supported (text only)"));
+            }
+            _ => return Err(format!("content[{i}]: a text part needs a string 'text'")),
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+fn parse_tool_call(call: &Value) -> Result<ToolCall, String> {
+    let function = call.get("function").ok_or("missing 'function'")?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("'function.name' must be a string")?;
+    let arguments = match function.get("arguments") {
+        None | Some(Value::Null) => Value::String("{}".into()),
+        Some(v @ (Value::String(_) | Value::Object(_))) => v.clone(),
+        Some(_) => return Err("'function.arguments' must be a JSON string or an object".into()),
+    };
+    Ok(ToolCall {
+        id: call.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+        name: name.to_string(),
+        arguments,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn normalises_openai_shapes() {
+        let raw = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": true}"}}]});
+        let message = ChatMessage::parse(0, &raw).unwrap();
+        assert_eq!(
+            message.to_template_value(),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]})
+        );
+        let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
+        assert_eq!(ChatMessage::parse(0, &parts).unwrap().content.as_deref(), Some("a\nb"));
+    }
+
+    #[test]
+    fn rejects_bad_messages() {
+        for raw in [
+            json!({"role": "wizard", "content": "x"}),
+            json!({"role": "user", "content": 5}),
+            json!({"content": "x"}),
+            json!({"role": "user", "content": [{"type": "image_url"}]}),
+            json!("hello"),
+        ] {
+            assert!(ChatMessage::parse(0, &raw).is_err(), "{raw}");
+        }
+    }
+}

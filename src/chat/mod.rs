@@ -1,0 +1,7 @@
+//! The OpenAI chat API surface: request validation and message normalisation.
+
+pub mod messages;
+pub mod request;
+
+pub use messages::{ChatMessage, Role, ToolCall};
+pub use request::{ChatCompletionBody, ChatRequest, RequestError, ToolChoice};

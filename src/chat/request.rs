@@ -1,0 +1,201 @@
+//! The body of `POST /{uuid}/v1/chat/completions` (and `/render`), validated.
+
+use super::messages::{ChatMessage, MessageError};
+use crate::backend::SamplingParams;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Most samples one request may ask for.
+pub const MAX_N: u32 = 128;
+/// Most alternatives per position (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// `stop` as a string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The JSON body as sent; unknown fields are ignored like OpenAI-compatible servers do.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatCompletionBody {
+    pub messages: Vec<Value>,
+    #[serde(default)]
+    pub model: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub n: Option<u32>,
+    pub stop: Option<StopField>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u32>,
+    pub stream: Option<bool>,
+    pub add_generation_prompt: Option<bool>,
+}
+
+/// What `tool_choice` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Function(String),
+}
+
+/// A validated chat request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Value>,
+    pub tool_choice: ToolChoice,
+    pub template_kwargs: Map<String, Value>,
+    pub add_generation_prompt: bool,
+    pub params: SamplingParams,
+    pub n: u32,
+    pub logprobs: bool,
+}
+
+/// Why a request body cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("'messages' must not be empty")]
+    EmptyMessages,
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ChatRequest {
+    /// Validates a parsed body. `default_max_tokens` applies when the client sets no limit.
+    pub fn from_body(body: ChatCompletionBody, default_max_tokens: Option<u32>) -> Result<Self, RequestError> {
+        if body.messages.is_empty() {
+            return Err(RequestError::EmptyMessages);
+        }
+        if body.stream == Some(true) {
+            return Err(RequestError::Invalid(
+                "stream=true is not supported by this build; send stream=false".into(),
+            ));
+        }
+        let messages = body
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage::parse(i, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = body.n.unwrap_or(1);
+        if n == 0 || n > MAX_N {
+            return Err(RequestError::Invalid(format!("'n' must be between 1 and {MAX_N}")));
+        }
+        if let Some(t) = body.temperature
+            && !(0.0..=100.0).contains(&t)
+        {
+            return Err(RequestError::Invalid("'temperature' must be >= 0".into()));
+        }
+        if let Some(p) = body.top_p
+            && !(0.0..=1.0).contains(&p)
+        {
+            return Err(RequestError::Invalid("'top_p' must be in [0, 1]".into()));
+        }
+        if body.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(RequestError::Invalid(format!(
+                "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
+        let tools = match body.tools {
+            Some(tools) if !tools.is_empty() => {
+                validate_tools(&tools)?;
+                Some(Value::Array(tools))
+            }
+            _ => None,
+        };
+        let tool_choice = parse_tool_choice(body.tool_choice.as_ref())?;
+        let logprobs = body.logprobs.unwrap_or(false);
+        let stop = match body.stop {
+            None => Vec::new(),
+            Some(StopField::One(s)) => vec![s],
+            Some(StopField::Many(list)) => list,
+        };
+        Ok(Self {
+            messages,
+            tools,
+            tool_choice,
+            template_kwargs: body.chat_template_kwargs.unwrap_or_default(),
+            add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
+            params: SamplingParams {
+                max_tokens: body.max_completion_tokens.or(body.max_tokens).or(default_max_tokens),
+                temperature: body.temperature,
+                top_p: body.top_p,
+                top_k: body.top_k,
+                min_p: body.min_p,
+                seed: body.seed,
+                stop,
+                top_logprobs: logprobs.then(|| body.top_logprobs.unwrap_or(0)),
+            },
+            n,
+            logprobs,
+        })
+    }
+
+    /// Names of the declared tools that `tool_choice` allows the model to call.
+    pub fn callable_tools(&self) -> Vec<String> {
+        let declared = self
+            .tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str));
+        match &self.tool_choice {
+            ToolChoice::None => Vec::new(),
+            ToolChoice::Function(name) => declared.filter(|n| n == name).map(str::to_string).collect(),
+            ToolChoice::Auto | ToolChoice::Required => declared.map(str::to_string).collect(),
+        }
+    }
+}
+
+fn validate_tools(tools: &[Value]) -> Result<(), RequestError> {
+    for (i, tool) in tools.iter().enumerate() {
+        let name = tool.pointer("/function/name").and_then(Value::as_str);
+        let kind = tool.get("type").and_then(Value::as_str).unwrap_or("function");
+        if kind != "function" || name.is_none() {
+            return Err(RequestError::Invalid(format!(
+                "tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn parse_tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
+    Ok(match choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(RequestError::Invalid(format!(
+                    "'tool_choice' must be none, auto, required or a function, not '{other}'"
+                )));
+            }
+        },
+        Some(object) => match object.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Function(name.to_string()),
+            None => {
+                return Err(RequestError::Invalid(
+                    "'tool_choice' object must name a function".into(),
+                ));
+            }
+        },
+    })
+}

@@ -1,0 +1,93 @@
+//! Records of what the model sampled, so assistant messages sent back can be mapped to the
+//! exact ids (inbound reconstruction) instead of being re-rendered and re-tokenized.
+
+use super::node::Span;
+use std::hash::{Hash, Hasher};
+
+/// Index of a completion within its session.
+pub type CompletionId = usize;
+
+/// One tool call the proxy returned, as it can be recognised when it comes back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedToolCall {
+    pub id: String,
+    /// Hash of the name and the arguments as canonical JSON (key order and spacing ignored).
+    pub call_hash: u64,
+}
+
+/// A sampled completion: where its ids live and how to recognise it in a later request.
+#[derive(Debug, Clone)]
+pub struct CompletionRecord {
+    /// The node that sampled it, and where.
+    pub node: usize,
+    pub span: Span,
+    /// The completion before it in its node, if any.
+    pub previous: Option<CompletionId>,
+    /// Text of the special token it ended on (e.g. `<|im_end|>`), which the template renders
+    /// again after the message content and must not be added a second time.
+    pub end_token_text: Option<String>,
+    pub tool_calls: Vec<IssuedToolCall>,
+}
+
+/// Fingerprint of an assistant message: its text and the ids of its tool calls.
+pub fn message_fingerprint<'a>(content: &str, tool_call_ids: impl Iterator<Item = &'a str>) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    content.hash(&mut hasher);
+    for id in tool_call_ids {
+        id.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Hash of a tool call's name and arguments, independent of JSON formatting and key order.
+pub fn tool_call_hash(name: &str, arguments: &serde_json::Value) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hash_json(arguments, &mut hasher);
+    hasher.finish()
+}
+
+fn hash_json(value: &serde_json::Value, hasher: &mut impl Hasher) {
+    use serde_json::Value;
+    match value {
+        Value::Null => 0u8.hash(hasher),
+        Value::Bool(b) => (1u8, b).hash(hasher),
+        Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+        Value::String(s) => (3u8, s).hash(hasher),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(hasher);
+            items.iter().for_each(|item| hash_json(item, hasher));
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(hasher);
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for key in keys {
+                key.hash(hasher);
+                hash_json(&map[key], hasher);
+            }
+        }
+    }
+}
+
+/// Hash of rendered text, for the segment checks of a node.
+pub fn text_hash(text: &str) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_call_hash_ignores_key_order_but_not_values() {
+        let a = tool_call_hash("f", &json!({"a": 1, "b": true}));
+        let b = tool_call_hash("f", &json!({"b": true, "a": 1}));
+        let c = tool_call_hash("f", &json!({"a": 1, "b": "True"}));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}

@@ -1,0 +1,145 @@
+//! Sessions: one per rollout, each holding its training nodes and sampled completions.
+//!
+//! Requests on one session are serialised by an async mutex held for the whole turn, so two
+//! concurrent calls never interleave their node updates; a turn that fails changes nothing
+//! because state is only written after the backend answered.
+
+pub mod completion;
+pub mod node;
+
+pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
+pub use node::{Divergence, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use uuid::Uuid;
+
+/// How earlier assistant turns are put into the next prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryMode {
+    /// Reuse exactly the ids the model sampled (one node per rollout). The default.
+    #[default]
+    Sampled,
+    /// Follow the chat template: when it re-renders an earlier turn differently from what was
+    /// sampled (Qwen3 drops old `<think>` blocks), start a new node and record why.
+    Template,
+}
+
+/// Options chosen at `POST /sessions/create`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOptions {
+    pub tool_parser: String,
+    /// Keep every completion as its own node with a reference to its parent.
+    pub track_tree: bool,
+    /// Send every turn to this backend.
+    pub base_url: Option<String>,
+    pub history: HistoryMode,
+}
+
+/// The mutable part of a session, behind its mutex.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    pub nodes: Vec<Node>,
+    pub completions: Vec<CompletionRecord>,
+    /// Assistant-message fingerprint → completions that answer to it.
+    pub by_fingerprint: HashMap<u64, Vec<CompletionId>>,
+    /// Completion → the node that ends with it (the node a request continuing it extends).
+    pub tail_of: HashMap<CompletionId, usize>,
+}
+
+/// One rollout's session.
+#[derive(Debug)]
+pub struct Session {
+    pub id: Uuid,
+    pub options: SessionOptions,
+    pub created_at: f64,
+    last_accessed_ms: AtomicU64,
+    num_nodes: AtomicUsize,
+    pub state: tokio::sync::Mutex<SessionState>,
+}
+
+impl Session {
+    fn new(options: SessionOptions) -> Self {
+        let now = now_seconds();
+        Self {
+            id: Uuid::new_v4(),
+            options,
+            created_at: now,
+            last_accessed_ms: AtomicU64::new((now * 1000.0) as u64),
+            num_nodes: AtomicUsize::new(0),
+            state: tokio::sync::Mutex::new(SessionState::default()),
+        }
+    }
+
+    /// Marks the session as used now.
+    pub fn touch(&self) {
+        self.last_accessed_ms
+            .store((now_seconds() * 1000.0) as u64, Ordering::Relaxed);
+    }
+
+    pub fn last_accessed(&self) -> f64 {
+        self.last_accessed_ms.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    /// Node count as of the last committed turn (readable without the lock).
+    pub fn num_nodes(&self) -> usize {
+        self.num_nodes.load(Ordering::Relaxed)
+    }
+
+    /// Records the node count after a commit.
+    pub fn set_num_nodes(&self, n: usize) {
+        self.num_nodes.store(n, Ordering::Relaxed);
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// All live sessions.
+#[derive(Debug, Default)]
+pub struct SessionStore {
+    sessions: DashMap<Uuid, Arc<Session>>,
+}
+
+impl SessionStore {
+    pub fn create(&self, options: SessionOptions) -> Arc<Session> {
+        let session = Arc::new(Session::new(options));
+        self.sessions.insert(session.id, session.clone());
+        session
+    }
+
+    /// The session with this id; `None` for unknown or malformed ids.
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        let id = Uuid::parse_str(id).ok()?;
+        self.sessions.get(&id).map(|s| s.clone())
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        let id = Uuid::parse_str(id).ok()?;
+        self.sessions.remove(&id).map(|(_, s)| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Every session, oldest first.
+    pub fn list(&self) -> Vec<Arc<Session>> {
+        let mut all: Vec<Arc<Session>> = self.sessions.iter().map(|e| e.value().clone()).collect();
+        all.sort_by(|a, b| a.created_at.total_cmp(&b.created_at));
+        all
+    }
+}

@@ -1,0 +1,177 @@
+//! A training node: the exact token ids of one rollout and which of them the model sampled.
+//!
+//! Storage is compact: ids as `u32`, and logprobs only for sampled positions (prompt positions
+//! are implicitly 1.0). `masked_tokens` and `full_text` are derived when a trainer asks.
+
+use super::completion::CompletionId;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// A half-open range of token positions the model sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// How to recognise, on a later turn, the rendered text that came before a sampled turn.
+///
+/// `prefix_len`/`prefix_hash` cover the text between the previous sampled turn and the
+/// generation prompt. When `generation_prompt` is `None` the check is exact (the text must be
+/// the same, header included); otherwise the header the template now renders before the turn
+/// and the generation prompt the model was given must be one a prefix of the other (Qwen3 with
+/// `enable_thinking=false` prompts with an empty think block it never renders in history).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentCheck {
+    pub prefix_len: u32,
+    pub prefix_hash: u64,
+    pub generation_prompt: Option<Arc<str>>,
+}
+
+/// One sampled completion whose ids appear in a node, with the check for the text before it.
+#[derive(Debug, Clone)]
+pub struct HistoryEntry {
+    pub completion: CompletionId,
+    pub before: SegmentCheck,
+}
+
+/// Where a request stopped matching the node it could have extended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Divergence {
+    /// Machine-readable cause (`history_edited`, `template_rewrites_history`, ...).
+    pub reason: &'static str,
+    /// Human explanation.
+    pub detail: String,
+    /// The node that was not extended, if one was a candidate.
+    pub from_node: Option<usize>,
+    /// Token position in that node where the request stopped matching.
+    pub token_position: Option<usize>,
+}
+
+/// Per-turn facts a trainer may want.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnRecord {
+    /// Position of the turn's first prompt token in the node.
+    pub prompt_start: usize,
+    /// Position of the first sampled token.
+    pub completion_start: usize,
+    pub completion_tokens: usize,
+    pub finish_reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<crate::backend::StopMatch>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_version: Option<String>,
+    /// The backend that sampled this turn.
+    pub backend: String,
+}
+
+/// A training sequence.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    tokens: Vec<u32>,
+    sampled: Vec<Span>,
+    sampled_logprobs: Vec<f32>,
+    pub(crate) history: Vec<HistoryEntry>,
+    pub(crate) turns: Vec<TurnRecord>,
+    pub(crate) divergence: Option<Divergence>,
+    pub(crate) parent: Option<usize>,
+}
+
+impl Node {
+    /// A node that starts from prompt `tokens` (all masked).
+    pub fn from_prompt(tokens: Vec<u32>) -> Self {
+        Self {
+            tokens,
+            ..Self::default()
+        }
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The sampled spans, in order.
+    pub fn sampled_spans(&self) -> &[Span] {
+        &self.sampled
+    }
+
+    /// Appends prompt tokens (masked, logprob 1.0).
+    pub fn push_prompt(&mut self, ids: &[u32]) {
+        self.tokens.extend_from_slice(ids);
+    }
+
+    /// Appends sampled tokens with the backend's logprobs; returns their span.
+    pub fn push_sampled(&mut self, ids: &[u32], logprobs: &[f32]) -> Span {
+        debug_assert_eq!(ids.len(), logprobs.len());
+        let start = self.tokens.len() as u32;
+        self.tokens.extend_from_slice(ids);
+        self.sampled_logprobs.extend_from_slice(logprobs);
+        let span = Span {
+            start,
+            end: self.tokens.len() as u32,
+        };
+        self.sampled.push(span);
+        span
+    }
+
+    /// The ids in `span`.
+    pub fn slice(&self, span: Span) -> &[u32] {
+        &self.tokens[span.start as usize..span.end as usize]
+    }
+
+    /// `masked_tokens`: the id where sampled, -100 elsewhere.
+    pub fn masked_tokens(&self) -> Vec<i64> {
+        let mut out = vec![-100i64; self.tokens.len()];
+        for span in &self.sampled {
+            for i in span.start as usize..span.end as usize {
+                out[i] = i64::from(self.tokens[i]);
+            }
+        }
+        out
+    }
+
+    /// `logprobs`: the backend's value where sampled, 1.0 elsewhere.
+    pub fn logprobs(&self) -> Vec<f32> {
+        let mut out = vec![1.0f32; self.tokens.len()];
+        let mut values = self.sampled_logprobs.iter();
+        for span in &self.sampled {
+            for slot in &mut out[span.start as usize..span.end as usize] {
+                *slot = *values.next().expect("one logprob per sampled token");
+            }
+        }
+        out
+    }
+
+    /// Bytes held by this node's token data (for memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        self.tokens.capacity() * 4
+            + self.sampled_logprobs.capacity() * 4
+            + self.sampled.capacity() * std::mem::size_of::<Span>()
+            + self.history.capacity() * std::mem::size_of::<HistoryEntry>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_and_logprobs_follow_sampled_spans() {
+        let mut node = Node::from_prompt(vec![1, 2, 3]);
+        node.push_sampled(&[4, 5], &[-0.5, -0.25]);
+        node.push_prompt(&[6]);
+        node.push_sampled(&[7], &[-1.0]);
+        assert_eq!(node.tokens(), &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(node.masked_tokens(), vec![-100, -100, -100, 4, 5, -100, 7]);
+        assert_eq!(node.logprobs(), vec![1.0, 1.0, 1.0, -0.5, -0.25, 1.0, -1.0]);
+        assert_eq!(node.slice(node.sampled_spans()[0]), &[4, 5]);
+    }
+}
