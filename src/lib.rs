@@ -1,7 +1,10 @@
 //! rollout-proxy: an OpenAI-compatible proxy that records token-exact training nodes.
+pub mod backend;
+pub mod chat;
+pub mod config;
+pub mod http;
+pub mod session;
 pub mod template;
 pub mod tokenizer;
-pub mod backend;
-pub mod session;
-pub mod chat;
 pub mod tools;
+pub mod turn;

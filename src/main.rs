@@ -1,1 +1,92 @@
-fn main() {}
+//! `rollout-proxy serve`: the command-line entry point.
+
+use clap::{Parser, Subcommand};
+use rollout_proxy::backend::BackendKind;
+use rollout_proxy::config::{ConfigFile, Settings};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "OpenAI-compatible proxy that records token-exact RL training nodes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Atropos-style JSON config (model_name, tokenizer_name, servers[...]).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 9000)]
+    port: u16,
+    /// Model folder with tokenizer.json (and tokenizer_config.json with the chat template).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Chat template: a bundled name (chatml, hermes), a .jinja file or a model folder.
+    #[arg(long)]
+    chat_template: Option<String>,
+    /// Inference server base URL (repeatable).
+    #[arg(long = "backend")]
+    backends: Vec<String>,
+    /// Wire protocol of the --backend servers.
+    #[arg(long, value_parser = parse_kind, default_value = "vllm")]
+    backend_type: BackendKind,
+    /// Model name reported by the API and sent to vLLM.
+    #[arg(long)]
+    model_name: Option<String>,
+    /// max_tokens for requests that set none.
+    #[arg(long)]
+    default_max_tokens: Option<u32>,
+    /// Largest accepted request body, in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_body_mib: usize,
+}
+
+fn parse_kind(value: &str) -> Result<BackendKind, String> {
+    match value {
+        "vllm" => Ok(BackendKind::Vllm),
+        "sglang" => Ok(BackendKind::Sglang),
+        other => Err(format!("unknown backend type '{other}' (vllm or sglang)")),
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let Command::Serve(args) = Cli::parse().command;
+    let config = match &args.config {
+        Some(path) => ConfigFile::read(path)?,
+        None => ConfigFile::default(),
+    };
+    let state = Settings {
+        config,
+        tokenizer: args.tokenizer,
+        chat_template: args.chat_template,
+        backends: args.backends,
+        backend_kind: Some(args.backend_type),
+        model_name: args.model_name,
+        default_max_tokens: args.default_max_tokens,
+        max_body_bytes: args.max_body_mib * 1024 * 1024,
+    }
+    .build()?;
+    let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
+    tracing::info!(address = %listener.local_addr()?, "listening");
+    actix_web::rt::System::new()
+        .block_on(async move { rollout_proxy::http::serve(Arc::new(state), listener)?.await })?;
+    Ok(())
+}

@@ -35,9 +35,10 @@ fn golden_renders_match_byte_for_byte() {
     let mut passed = 0;
     let mut failures = Vec::new();
     for name in CORPORA {
-        let corpus: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
-                .unwrap();
+        let corpus: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
         let special: BTreeMap<String, String> = corpus["special_tokens_map"]
             .as_object()
             .unwrap()
@@ -69,7 +70,9 @@ fn golden_renders_match_byte_for_byte() {
                 (Ok(text), None) => {
                     let expected = case["expected_text"].as_str().unwrap();
                     if text != expected {
-                        Err(format!("text differs:\n  got  {text:?}\n  want {expected:?}"))
+                        Err(format!(
+                            "text differs:\n  got  {text:?}\n  want {expected:?}"
+                        ))
                     } else {
                         let ids = tokenizer.encode(text).unwrap();
                         let want: Vec<u32> =
@@ -81,19 +84,17 @@ fn golden_renders_match_byte_for_byte() {
                         }
                     }
                 }
-                (Err(err), Some(expected)) => {
-                    match (case["expected_error_kind"].as_str(), err) {
-                        (Some("raise_exception"), TemplateError::Raised(msg))
-                            if msg == expected.as_str().unwrap() =>
-                        {
-                            Ok(())
-                        }
-                        (Some("raise_exception"), other) => {
-                            Err(format!("wrong error {other:?}, want raise {expected}"))
-                        }
-                        _ => Ok(()),
+                (Err(err), Some(expected)) => match (case["expected_error_kind"].as_str(), err) {
+                    (Some("raise_exception"), TemplateError::Raised(msg))
+                        if msg == expected.as_str().unwrap() =>
+                    {
+                        Ok(())
                     }
-                }
+                    (Some("raise_exception"), other) => {
+                        Err(format!("wrong error {other:?}, want raise {expected}"))
+                    }
+                    _ => Ok(()),
+                },
                 (Ok(_), Some(expected)) => Err(format!("rendered, but expected error {expected}")),
                 (Err(err), None) => Err(format!("failed: {err}")),
             };
@@ -108,5 +109,10 @@ fn golden_renders_match_byte_for_byte() {
         println!("{name}: {file_passed}/{} cases pass", cases.len());
     }
     println!("conformance: {passed}/{total} cases pass");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -44,7 +44,10 @@ impl JsonClient {
         }
         let response = request.send().await.map_err(|e| self.transport_error(e))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(e))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(e))?;
         if !status.is_success() {
             return Err(BackendError::Status {
                 url: self.base_url.clone(),
@@ -57,7 +60,10 @@ impl JsonClient {
 
     /// GETs `{root}{path}` and succeeds on any 2xx status.
     pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
-        let mut request = self.client.get(format!("{root}{path}")).timeout(self.timeout);
+        let mut request = self
+            .client
+            .get(format!("{root}{path}"))
+            .timeout(self.timeout);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }

@@ -86,8 +86,15 @@ impl Member {
     }
 
     /// Sends one request, holding one of the backend's slots while it runs.
-    pub async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
-        let _slot = self.slots.acquire().await.expect("semaphore is never closed");
+    pub async fn generate(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Vec<Generation>, BackendError> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .expect("semaphore is never closed");
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         let result = self.client.generate(request).await;
@@ -96,7 +103,10 @@ impl Member {
             Ok(_) => self.healthy.store(true, Ordering::Relaxed),
             Err(error) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                if matches!(error, BackendError::Unreachable { .. } | BackendError::Timeout { .. }) {
+                if matches!(
+                    error,
+                    BackendError::Unreachable { .. } | BackendError::Timeout { .. }
+                ) {
                     self.healthy.store(false, Ordering::Relaxed);
                 }
             }
@@ -170,6 +180,10 @@ impl BackendSet {
                 .ok_or_else(|| BackendError::NoBackend(format!("no backend with base_url {url}")));
         }
         let load = |m: &Arc<Member>| (!m.is_healthy(), m.in_flight.load(Ordering::Relaxed));
-        Ok(members.iter().min_by_key(|m| load(m)).cloned().expect("non-empty"))
+        Ok(members
+            .iter()
+            .min_by_key(|m| load(m))
+            .cloned()
+            .expect("non-empty"))
     }
 }

@@ -76,16 +76,23 @@ impl SglangBackend {
         let mut logprobs = Vec::with_capacity(pairs.len());
         for pair in pairs {
             let (Some(lp), Some(id)) = (pair[0].as_f64(), pair[1].as_u64()) else {
-                return Err(self.http.protocol("output_token_logprobs entry is not [logprob, id, text]"));
+                return Err(self
+                    .http
+                    .protocol("output_token_logprobs entry is not [logprob, id, text]"));
             };
             logprobs.push(lp as f32);
             token_ids.push(id as u32);
         }
         if let Some(ids) = output["output_ids"].as_array()
             && (ids.len() != token_ids.len()
-                || ids.iter().zip(&token_ids).any(|(a, b)| a.as_u64() != Some(u64::from(*b))))
+                || ids
+                    .iter()
+                    .zip(&token_ids)
+                    .any(|(a, b)| a.as_u64() != Some(u64::from(*b))))
         {
-            return Err(self.http.protocol("output_ids disagree with output_token_logprobs"));
+            return Err(self
+                .http
+                .protocol("output_ids disagree with output_token_logprobs"));
         }
         let top_logprobs = want_top.then(|| {
             meta["output_top_logprobs"]
@@ -97,7 +104,9 @@ impl SglangBackend {
                             alts.as_array()
                                 .map(|alts| {
                                     alts.iter()
-                                        .filter_map(|a| Some((a[1].as_u64()? as u32, a[0].as_f64()? as f32)))
+                                        .filter_map(|a| {
+                                            Some((a[1].as_u64()? as u32, a[0].as_f64()? as f32))
+                                        })
                                         .collect()
                                 })
                                 .unwrap_or_default()
@@ -133,7 +142,10 @@ impl Backend for SglangBackend {
             single => vec![single],
         };
         let want_top = request.params.top_logprobs.is_some();
-        outputs.iter().map(|o| self.parse_output(o, want_top)).collect()
+        outputs
+            .iter()
+            .map(|o| self.parse_output(o, want_top))
+            .collect()
     }
 
     async fn health(&self) -> Result<(), BackendError> {

@@ -61,7 +61,10 @@ impl VllmBackend {
             // Servers before return_token_ids still name each token "token_id:N".
             None => logprobs["tokens"]
                 .as_array()
-                .ok_or_else(|| self.http.protocol("choice has neither token_ids nor logprobs.tokens"))?
+                .ok_or_else(|| {
+                    self.http
+                        .protocol("choice has neither token_ids nor logprobs.tokens")
+                })?
                 .iter()
                 .map(|t| parse_token_key(t.as_str().unwrap_or("")))
                 .collect::<Option<Vec<u32>>>()
@@ -81,7 +84,10 @@ impl VllmBackend {
             )));
         }
         let top_logprobs = if want_top {
-            let entries = logprobs["top_logprobs"].as_array().cloned().unwrap_or_default();
+            let entries = logprobs["top_logprobs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             Some(
                 entries
                     .iter()
@@ -90,7 +96,9 @@ impl VllmBackend {
                             .as_object()
                             .map(|map| {
                                 map.iter()
-                                    .filter_map(|(k, v)| Some((parse_token_key(k)?, v.as_f64()? as f32)))
+                                    .filter_map(|(k, v)| {
+                                        Some((parse_token_key(k)?, v.as_f64()? as f32))
+                                    })
                                     .collect()
                             })
                             .unwrap_or_default()
@@ -143,7 +151,10 @@ impl Backend for VllmBackend {
             .clone();
         choices.sort_by_key(|c| c["index"].as_u64().unwrap_or(0));
         let want_top = request.params.top_logprobs.is_some();
-        choices.iter().map(|c| self.parse_choice(c, want_top)).collect()
+        choices
+            .iter()
+            .map(|c| self.parse_choice(c, want_top))
+            .collect()
     }
 
     async fn health(&self) -> Result<(), BackendError> {

@@ -88,21 +88,31 @@ impl ChatMessage {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Array(parts)) => Some(join_text_parts(parts).map_err(fail)?),
-            Some(_) => return Err(fail("'content' must be a string, null or a list of text parts".into())),
+            Some(_) => {
+                return Err(fail(
+                    "'content' must be a string, null or a list of text parts".into(),
+                ));
+            }
         };
         let tool_calls = match object.get("tool_calls") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(calls)) if role == Role::Assistant => calls
                 .iter()
                 .enumerate()
-                .map(|(i, call)| parse_tool_call(call).map_err(|r| fail(format!("tool_calls[{i}]: {r}"))))
+                .map(|(i, call)| {
+                    parse_tool_call(call).map_err(|r| fail(format!("tool_calls[{i}]: {r}")))
+                })
                 .collect::<Result<_, _>>()?,
-            Some(Value::Array(_)) => return Err(fail("only assistant messages carry tool_calls".into())),
+            Some(Value::Array(_)) => {
+                return Err(fail("only assistant messages carry tool_calls".into()));
+            }
             Some(_) => return Err(fail("'tool_calls' must be a list".into())),
         };
         let extra = object
             .iter()
-            .filter(|(k, v)| !matches!(k.as_str(), "role" | "content" | "tool_calls") && !v.is_null())
+            .filter(|(k, v)| {
+                !matches!(k.as_str(), "role" | "content" | "tool_calls") && !v.is_null()
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Ok(Self {
@@ -119,7 +129,10 @@ impl ChatMessage {
     pub fn to_template_value(&self) -> Value {
         let mut out = Map::new();
         out.insert("role".into(), Value::from(self.role_str()));
-        out.insert("content".into(), Value::from(self.content.clone().unwrap_or_default()));
+        out.insert(
+            "content".into(),
+            Value::from(self.content.clone().unwrap_or_default()),
+        );
         if !self.tool_calls.is_empty() {
             let calls = self
                 .tool_calls
@@ -165,10 +178,15 @@ impl ChatMessage {
 fn join_text_parts(parts: &[Value]) -> Result<String, String> {
     let mut texts = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
-        match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+        match (
+            part.get("type").and_then(Value::as_str),
+            part.get("text").and_then(Value::as_str),
+        ) {
             (Some("text"), Some(text)) => texts.push(text),
             (Some(kind), _) if kind != "text" => {
-                return Err(format!("content[{i}]: part type '{kind}' is not supported (text only)"));
+                return Err(format!(
+                    "content[{i}]: part type '{kind}' is not supported (text only)"
+                ));
             }
             _ => return Err(format!("content[{i}]: a text part needs a string 'text'")),
         }
@@ -188,7 +206,11 @@ fn parse_tool_call(call: &Value) -> Result<ToolCall, String> {
         Some(_) => return Err("'function.arguments' must be a JSON string or an object".into()),
     };
     Ok(ToolCall {
-        id: call.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+        id: call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
         name: name.to_string(),
         arguments,
     })
@@ -210,7 +232,10 @@ mod tests {
                 {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]})
         );
         let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
-        assert_eq!(ChatMessage::parse(0, &parts).unwrap().content.as_deref(), Some("a\nb"));
+        assert_eq!(
+            ChatMessage::parse(0, &parts).unwrap().content.as_deref(),
+            Some("a\nb")
+        );
     }
 
     #[test]

@@ -77,7 +77,10 @@ pub enum RequestError {
 
 impl ChatRequest {
     /// Validates a parsed body. `default_max_tokens` applies when the client sets no limit.
-    pub fn from_body(body: ChatCompletionBody, default_max_tokens: Option<u32>) -> Result<Self, RequestError> {
+    pub fn from_body(
+        body: ChatCompletionBody,
+        default_max_tokens: Option<u32>,
+    ) -> Result<Self, RequestError> {
         if body.messages.is_empty() {
             return Err(RequestError::EmptyMessages);
         }
@@ -94,7 +97,9 @@ impl ChatRequest {
             .collect::<Result<Vec<_>, _>>()?;
         let n = body.n.unwrap_or(1);
         if n == 0 || n > MAX_N {
-            return Err(RequestError::Invalid(format!("'n' must be between 1 and {MAX_N}")));
+            return Err(RequestError::Invalid(format!(
+                "'n' must be between 1 and {MAX_N}"
+            )));
         }
         if let Some(t) = body.temperature
             && !(0.0..=100.0).contains(&t)
@@ -132,7 +137,10 @@ impl ChatRequest {
             template_kwargs: body.chat_template_kwargs.unwrap_or_default(),
             add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
             params: SamplingParams {
-                max_tokens: body.max_completion_tokens.or(body.max_tokens).or(default_max_tokens),
+                max_tokens: body
+                    .max_completion_tokens
+                    .or(body.max_tokens)
+                    .or(default_max_tokens),
                 temperature: body.temperature,
                 top_p: body.top_p,
                 top_k: body.top_k,
@@ -157,7 +165,9 @@ impl ChatRequest {
             .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str));
         match &self.tool_choice {
             ToolChoice::None => Vec::new(),
-            ToolChoice::Function(name) => declared.filter(|n| n == name).map(str::to_string).collect(),
+            ToolChoice::Function(name) => {
+                declared.filter(|n| n == name).map(str::to_string).collect()
+            }
             ToolChoice::Auto | ToolChoice::Required => declared.map(str::to_string).collect(),
         }
     }
@@ -166,7 +176,10 @@ impl ChatRequest {
 fn validate_tools(tools: &[Value]) -> Result<(), RequestError> {
     for (i, tool) in tools.iter().enumerate() {
         let name = tool.pointer("/function/name").and_then(Value::as_str);
-        let kind = tool.get("type").and_then(Value::as_str).unwrap_or("function");
+        let kind = tool
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("function");
         if kind != "function" || name.is_none() {
             return Err(RequestError::Invalid(format!(
                 "tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"

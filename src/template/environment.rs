@@ -73,7 +73,9 @@ fn strftime_now(format: &str) -> Result<Value, Error> {
         ));
     }
     let now = chrono::Local::now();
-    Ok(Value::from(now.format_with_items(items.into_iter()).to_string()))
+    Ok(Value::from(
+        now.format_with_items(items.into_iter()).to_string(),
+    ))
 }
 
 /// `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
@@ -106,7 +108,12 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
 
 /// Python string methods with Python's whitespace rules; everything else goes to
 /// minijinja-contrib's pycompat layer.
-fn python_method(state: &mut State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+fn python_method(
+    state: &mut State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
     if let (Some(s), true) = (value.as_str(), args.is_empty()) {
         match method {
             "strip" => return Ok(Value::from(s.trim_matches(is_python_space))),

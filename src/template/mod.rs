@@ -100,7 +100,10 @@ impl ChatTemplate {
         ctx.insert("messages".into(), Value::from(Serde(request.messages)));
         ctx.insert(
             "tools".into(),
-            request.tools.map(|t| Value::from(Serde(t))).unwrap_or(Value::from(())),
+            request
+                .tools
+                .map(|t| Value::from(Serde(t)))
+                .unwrap_or(Value::from(())),
         );
         ctx.insert("documents".into(), Value::from(()));
         ctx.insert(

@@ -21,10 +21,14 @@ pub struct DumpOptions {
 /// Serialises `value` exactly as `json.dumps(value, **options)` would.
 pub fn dumps(value: &Value, options: &DumpOptions) -> Result<String, Error> {
     let mut out = String::new();
-    let item_sep = options.item_separator.clone().unwrap_or_else(|| {
-        if options.indent.is_some() { "," } else { ", " }.to_string()
-    });
-    let key_sep = options.key_separator.clone().unwrap_or_else(|| ": ".to_string());
+    let item_sep = options
+        .item_separator
+        .clone()
+        .unwrap_or_else(|| if options.indent.is_some() { "," } else { ", " }.to_string());
+    let key_sep = options
+        .key_separator
+        .clone()
+        .unwrap_or_else(|| ": ".to_string());
     let writer = Writer {
         options,
         item_sep: &item_sep,
@@ -46,7 +50,9 @@ impl Writer<'_> {
             ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
             ValueKind::Number => write_number(out, value)?,
-            ValueKind::String => write_string(out, value.as_str().unwrap_or(""), self.options.ensure_ascii),
+            ValueKind::String => {
+                write_string(out, value.as_str().unwrap_or(""), self.options.ensure_ascii)
+            }
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = value.try_iter()?.collect();
                 self.write_container(out, '[', ']', items.len(), depth, |w, out, i| {
@@ -159,7 +165,9 @@ pub fn python_float_repr(f: f64) -> String {
     }
     // `{:e}` gives the shortest round-trip digits, e.g. "1.5e-5" or "-3e0".
     let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').expect("scientific notation has an exponent");
+    let (mantissa, exp) = sci
+        .split_once('e')
+        .expect("scientific notation has an exponent");
     let exp: i32 = exp.parse().expect("exponent is an integer");
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
         Some(m) => ("-", m),

@@ -51,9 +51,10 @@ pub fn load_template(
     let special_tokens = special_tokens(&config);
     let (name, source) = match (spec, model_dir) {
         (Some(TemplateSpec::Bundled(name)), _) => (name.clone(), bundled(name)?.to_string()),
-        (Some(TemplateSpec::Path(path)), _) if path.is_dir() => {
-            (path.display().to_string(), model_dir_template(path, &read_tokenizer_config(path)?)?)
-        }
+        (Some(TemplateSpec::Path(path)), _) if path.is_dir() => (
+            path.display().to_string(),
+            model_dir_template(path, &read_tokenizer_config(path)?)?,
+        ),
         (Some(TemplateSpec::Path(path)), _) => (path.display().to_string(), read(path)?),
         (None, Some(dir)) => (dir.display().to_string(), model_dir_template(dir, &config)?),
         (None, None) => return Err(TemplateError::Load("no chat template given".into())),
@@ -99,9 +100,8 @@ fn model_dir_template(dir: &Path, config: &serde_json::Value) -> Result<String, 
             return Ok(template);
         }
     }
-    template_field(config).ok_or_else(|| {
-        TemplateError::Load(format!("{} has no chat template", dir.display()))
-    })
+    template_field(config)
+        .ok_or_else(|| TemplateError::Load(format!("{} has no chat template", dir.display())))
 }
 
 fn template_field(config: &serde_json::Value) -> Option<String> {

@@ -72,6 +72,11 @@ impl Tokenizer {
         self.inner.decode(ids, false).unwrap_or_default()
     }
 
+    /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out.
+    pub fn decode_visible(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, true).unwrap_or_default()
+    }
+
     /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)

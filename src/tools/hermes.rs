@@ -38,7 +38,9 @@ impl ToolParser for HermesParser {
                     content.push_str(&rest[..open]);
                     calls.push(ParsedCall {
                         name: call.name,
-                        arguments: call.arguments.map_or_else(|| "{}".to_string(), |a| a.get().to_string()),
+                        arguments: call
+                            .arguments
+                            .map_or_else(|| "{}".to_string(), |a| a.get().to_string()),
                     });
                 }
                 _ => content.push_str(&rest[..body_start + close + CLOSE.len()]),

@@ -11,17 +11,226 @@ pub fn conformance_dir() -> PathBuf {
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/chat_templates")
         });
-    assert!(dir.is_dir(), "conformance corpus not found at {}", dir.display());
+    assert!(
+        dir.is_dir(),
+        "conformance corpus not found at {}",
+        dir.display()
+    );
     dir
 }
 
 /// A real model folder (tokenizer.json + tokenizer_config.json) fetched by
 /// `scripts/fetch-fixtures.sh`: qwen3, llama3_1, deepseek_v3, gemma3 or smollm2.
 pub fn fixture_model(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache").join(name);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/cache")
+        .join(name);
     assert!(
         dir.join("tokenizer.json").is_file(),
         "fixture {name} missing: run scripts/fetch-fixtures.sh"
     );
     dir
+}
+
+pub mod mock_worker;
+
+use mock_worker::{MockWorker, Wire};
+use rollout_proxy::backend::BackendKind;
+use rollout_proxy::config::{ConfigFile, Settings};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The Atropos test suite's mock chat format: `<role>content</role>` per message.
+pub const ATROPOS_MOCK_TEMPLATE: &str = "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}\
+{%- for m in messages %}<{{ m.role }}>{{ m.content or '' }}</{{ m.role }}>{%- endfor %}\
+{%- if add_generation_prompt %}<assistant>{% endif %}";
+
+/// A model folder with a character-level tokenizer (id = code point, like the Atropos mock
+/// tokenizer) and the Atropos mock template.
+pub fn char_model_dir() -> PathBuf {
+    use tokenizers::SplitDelimiterBehavior;
+    use tokenizers::decoders::fuse::Fuse;
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    let dir = std::env::temp_dir().join(format!(
+        "rollout-proxy-char-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let vocab: std::collections::HashMap<String, u32> = (1u32..0x3000)
+        .filter_map(|cp| char::from_u32(cp).map(|c| (c.to_string(), cp)))
+        .chain([("[UNK]".to_string(), 0)])
+        .collect();
+    let model = WordLevel::builder()
+        .vocab(vocab.into_iter().collect())
+        .unk_token("[UNK]".into())
+        .build()
+        .unwrap();
+    let mut tokenizer = tokenizers::Tokenizer::new(model);
+    tokenizer.with_pre_tokenizer(Some(
+        Split::new(
+            SplitPattern::Regex(r"[\s\S]".into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .unwrap(),
+    ));
+    tokenizer.with_decoder(Some(Fuse::new()));
+    tokenizer.save(dir.join("tokenizer.json"), false).unwrap();
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        serde_json::json!({"chat_template": ATROPOS_MOCK_TEMPLATE}).to_string(),
+    )
+    .unwrap();
+    dir
+}
+
+/// A running proxy in front of one scripted upstream.
+pub struct Proxy {
+    pub url: String,
+    pub worker: MockWorker,
+    client: reqwest::Client,
+}
+
+impl Proxy {
+    /// A proxy for the model folder `model_dir` (its own template unless `template` is given).
+    pub fn start(model_dir: PathBuf, template: Option<&str>, wire: Wire) -> Self {
+        Self::start_with(model_dir, template, MockWorker::start(wire), |_| {})
+    }
+
+    pub fn start_with(
+        model_dir: PathBuf,
+        template: Option<&str>,
+        worker: MockWorker,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut settings = Settings {
+            config: ConfigFile::default(),
+            tokenizer: Some(model_dir),
+            chat_template: template.map(str::to_string),
+            backends: vec![worker.url.clone()],
+            backend_kind: Some(match worker.wire {
+                Wire::Sglang => BackendKind::Sglang,
+                Wire::Vllm => BackendKind::Vllm,
+            }),
+            model_name: Some("test_model".into()),
+            default_max_tokens: None,
+            max_body_bytes: 1024 * 1024,
+        };
+        tweak(&mut settings);
+        let state = Arc::new(settings.build().unwrap());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                rollout_proxy::http::serve(state, listener)
+                    .unwrap()
+                    .await
+                    .unwrap()
+            })
+        });
+        Self {
+            url,
+            worker,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// The Atropos-suite setup: char tokenizer, mock template, SGLang-format upstream.
+    pub fn atropos() -> Self {
+        Self::start(char_model_dir(), None, Wire::Sglang)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap();
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: String) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .delete(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap();
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    /// Creates a session with `body` and returns its uuid.
+    pub async fn session(&self, body: Value) -> String {
+        let (status, data) = self.post("/sessions/create", body).await;
+        assert_eq!(status, 200, "{data}");
+        data["uuid"].as_str().unwrap().to_string()
+    }
+
+    pub async fn chat(&self, uuid: &str, body: Value) -> (u16, Value) {
+        self.post(&format!("/{uuid}/v1/chat/completions"), body)
+            .await
+    }
+
+    pub async fn render(&self, uuid: &str, body: Value) -> Value {
+        let (status, data) = self
+            .post(&format!("/{uuid}/v1/chat/completions/render"), body)
+            .await;
+        assert_eq!(status, 200, "{data}");
+        data
+    }
+
+    pub async fn nodes(&self, uuid: &str) -> Vec<Value> {
+        let (status, data) = self.get(&format!("/{uuid}/nodes")).await;
+        assert_eq!(status, 200, "{data}");
+        data["nodes"].as_array().unwrap().clone()
+    }
+}
+
+/// Code points of `text`: what the char tokenizer (and the Atropos mock) encodes it to.
+pub fn chars(text: &str) -> Vec<u32> {
+    text.chars().map(|c| c as u32).collect()
+}
+
+/// Every node's lengths agree and masks follow the sampled positions.
+pub fn assert_node_shape(node: &Value) {
+    let tokens = node["tokens"].as_array().unwrap();
+    let masked = node["masked_tokens"].as_array().unwrap();
+    let logprobs = node["logprobs"].as_array().unwrap();
+    assert_eq!(tokens.len(), masked.len());
+    assert_eq!(tokens.len(), logprobs.len());
+    for ((t, m), lp) in tokens.iter().zip(masked).zip(logprobs) {
+        if m.as_i64() == Some(-100) {
+            assert_eq!(lp.as_f64(), Some(1.0));
+        } else {
+            assert_eq!(t, m);
+            assert!(lp.as_f64().unwrap() < 0.0);
+        }
+    }
 }

@@ -1,0 +1,134 @@
+//! Every error the API returns, in OpenAI's shape: `{"error": {"message", "type", "code"}}`.
+//! Module errors are mapped to HTTP statuses here, once.
+
+use crate::backend::BackendError;
+use crate::chat::RequestError;
+use crate::template::TemplateError;
+use crate::tokenizer::TokenizerError;
+use crate::turn::TurnError;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+/// An error response.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// 400 for a request the client must fix.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 404 for an unknown session or route.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
+    }
+
+    /// 404 for an unknown session id.
+    pub fn no_session(id: &str) -> Self {
+        Self::not_found(format!("session {id} not found"))
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "code": self.status.as_u16(),
+            }
+        }))
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(error: RequestError) -> Self {
+        Self::bad_request(error.to_string())
+    }
+}
+
+impl From<TemplateError> for ApiError {
+    fn from(error: TemplateError) -> Self {
+        match error {
+            // The conversation is invalid for this model's template (raise_exception), or the
+            // template cannot render what was sent: both are the request's fault.
+            TemplateError::Raised(_) | TemplateError::Render(_) => {
+                Self::bad_request(error.to_string())
+            }
+            TemplateError::Syntax(_) | TemplateError::Load(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                error.to_string(),
+            ),
+        }
+    }
+}
+
+impl From<TokenizerError> for ApiError {
+    fn from(error: TokenizerError) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            error.to_string(),
+        )
+    }
+}
+
+impl From<TurnError> for ApiError {
+    fn from(error: TurnError) -> Self {
+        match error {
+            TurnError::Template(e) => e.into(),
+            TurnError::Tokenizer(e) => e.into(),
+        }
+    }
+}
+
+impl From<BackendError> for ApiError {
+    fn from(error: BackendError) -> Self {
+        let message = error.to_string();
+        match error {
+            BackendError::Timeout { .. } => {
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "timeout_error", message)
+            }
+            BackendError::NoBackend(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                message,
+            ),
+            BackendError::Status { status: 503, .. } | BackendError::Aborted { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                message,
+            ),
+            // The backend rejected the request itself (e.g. the prompt exceeds its context).
+            BackendError::Status { status, .. }
+                if (400..500).contains(&status) && status != 429 =>
+            {
+                Self::bad_request(message)
+            }
+            BackendError::Status { .. }
+            | BackendError::Unreachable { .. }
+            | BackendError::Protocol { .. } => {
+                Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+            }
+        }
+    }
+}

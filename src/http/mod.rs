@@ -1,0 +1,73 @@
+//! The HTTP edge: routes, JSON bodies, and the shared application state.
+//!
+//! Data flow of a chat turn: `chat` parses the request → `turn::prepare` renders and tokenizes
+//! → the backend samples → `turn::commit` records the node → `response` builds the reply.
+
+mod admin;
+mod body;
+mod chat;
+mod completions;
+pub mod error;
+mod response;
+mod sessions;
+
+pub use error::ApiError;
+
+use crate::backend::BackendSet;
+use crate::session::SessionStore;
+use crate::turn::TurnContext;
+use actix_web::{App, HttpServer, web};
+use std::net::TcpListener;
+use std::sync::Arc;
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    pub model_name: String,
+    pub turn: TurnContext,
+    pub backends: BackendSet,
+    pub sessions: SessionStore,
+    /// `max_tokens` sent when a request sets none.
+    pub default_max_tokens: Option<u32>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// Registers every route on an actix app.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/health", web::get().to(admin::health))
+        .route("/v1/models", web::get().to(admin::models))
+        .route("/servers", web::get().to(admin::servers))
+        .route("/setup", web::post().to(admin::setup))
+        .route("/sessions/create", web::post().to(sessions::create))
+        .route("/sessions", web::get().to(sessions::list))
+        .route("/{uuid}", web::delete().to(sessions::delete))
+        .route("/{uuid}/nodes", web::get().to(sessions::nodes))
+        .route(
+            "/{uuid}/v1/chat/completions",
+            web::post().to(chat::completions),
+        )
+        .route(
+            "/{uuid}/v1/chat/completions/render",
+            web::post().to(chat::render),
+        )
+        .route(
+            "/{uuid}/v1/completions",
+            web::post().to(completions::completions),
+        )
+        .default_service(web::to(|| async {
+            Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))
+        }));
+}
+
+/// Serves the API on an already bound listener until the server is stopped.
+pub fn serve(
+    state: Arc<AppState>,
+    listener: TcpListener,
+) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::from(state);
+    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
+        .listen(listener)?
+        .run();
+    Ok(server)
+}

@@ -1,0 +1,156 @@
+//! Turning sampled ids into OpenAI replies: visible text, tool calls, logprobs.
+
+use crate::backend::{FinishReason, Generation, StopMatch};
+use crate::chat::{ChatRequest, ToolChoice};
+use crate::session::IssuedToolCall;
+use crate::session::completion::{message_fingerprint, tool_call_hash};
+use crate::tokenizer::Tokenizer;
+use crate::tools::ToolParser;
+use crate::turn::SampledChoice;
+use serde_json::{Value, json};
+
+/// What the client is shown for one sampled choice.
+#[derive(Debug, Clone)]
+pub struct ChoiceReply {
+    pub content: Option<String>,
+    /// `(id, name, arguments)` of each returned call.
+    pub tool_calls: Vec<(String, String, String)>,
+    pub finish_reason: &'static str,
+    /// The visible text before tool parsing (what a client may send back as content).
+    pub text: String,
+    pub end_token_text: Option<String>,
+}
+
+/// The visible text of a generation and the special token it ended on, if any.
+pub fn visible_text(tokenizer: &Tokenizer, generation: &Generation) -> (String, Option<String>) {
+    let end_token_text = match (generation.finish_reason, generation.token_ids.last()) {
+        (FinishReason::Stop, Some(&last)) => tokenizer.special_token_text(last).map(str::to_string),
+        _ => None,
+    };
+    let mut text = tokenizer.decode_visible(&generation.token_ids);
+    // The ids include a matched stop string; the text the client sees ends before it.
+    if let Some(StopMatch::Text(stop)) = &generation.stop
+        && let Some(at) = text.rfind(stop.as_str())
+    {
+        text.truncate(at);
+    }
+    (text, end_token_text)
+}
+
+/// Shapes one choice: parses tool calls when tools are callable.
+pub fn shape_choice(
+    tokenizer: &Tokenizer,
+    parser: &dyn ToolParser,
+    request: &ChatRequest,
+    generation: &Generation,
+) -> ChoiceReply {
+    let (text, end_token_text) = visible_text(tokenizer, generation);
+    let allowed = request.callable_tools();
+    let parsed = (!allowed.is_empty() && request.tool_choice != ToolChoice::None)
+        .then(|| parser.parse(&text, &allowed))
+        .filter(|p| !p.calls.is_empty());
+    let (content, tool_calls) = match parsed {
+        Some(parsed) => {
+            let calls = parsed
+                .calls
+                .into_iter()
+                .map(|c| (new_call_id(), c.name, c.arguments))
+                .collect();
+            (parsed.content, calls)
+        }
+        None => (Some(text.clone()), Vec::new()),
+    };
+    let finish_reason = match generation.finish_reason {
+        // A sample cut by the length limit is never reported as a finished tool call.
+        FinishReason::Stop if !tool_calls.is_empty() => "tool_calls",
+        other => other.as_str(),
+    };
+    ChoiceReply {
+        content,
+        tool_calls,
+        finish_reason,
+        text,
+        end_token_text,
+    }
+}
+
+fn new_call_id() -> String {
+    format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
+}
+
+/// What the session records for a choice, so the reply can be recognised when it comes back.
+pub fn sampled_choice(reply: &ChoiceReply, generation: Generation, backend: &str) -> SampledChoice {
+    let tool_calls: Vec<IssuedToolCall> = reply
+        .tool_calls
+        .iter()
+        .map(|(id, name, arguments)| IssuedToolCall {
+            id: id.clone(),
+            call_hash: tool_call_hash(
+                name,
+                &serde_json::from_str(arguments)
+                    .unwrap_or_else(|_| Value::String(arguments.clone())),
+            ),
+        })
+        .collect();
+    let content = reply.content.as_deref().unwrap_or("");
+    let mut fingerprints = vec![message_fingerprint(
+        content,
+        tool_calls.iter().map(|c| c.id.as_str()),
+    )];
+    if !tool_calls.is_empty() {
+        // A client may also send the raw text back instead of structured calls.
+        fingerprints.push(message_fingerprint(&reply.text, std::iter::empty()));
+    }
+    SampledChoice {
+        generation,
+        end_token_text: reply.end_token_text.clone(),
+        tool_calls,
+        fingerprints,
+        backend: backend.to_string(),
+    }
+}
+
+/// OpenAI chat `logprobs.content` from the backend's values.
+pub fn chat_logprobs(tokenizer: &Tokenizer, generation: &Generation) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let token = tokenizer.decode(&[id]);
+        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
+    };
+    let content: Vec<Value> = generation
+        .token_ids
+        .iter()
+        .zip(&generation.logprobs)
+        .enumerate()
+        .map(|(i, (&id, &logprob))| {
+            let mut item = entry(id, logprob);
+            let top = generation
+                .top_logprobs
+                .as_ref()
+                .and_then(|t| t.get(i))
+                .map(|alts| {
+                    alts.iter()
+                        .map(|&(id, lp)| entry(id, lp))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            item["top_logprobs"] = Value::Array(top);
+            item
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// The `message` object of a chat choice.
+pub fn chat_message(reply: &ChoiceReply) -> Value {
+    let mut message = json!({"role": "assistant", "content": reply.content});
+    if !reply.tool_calls.is_empty() {
+        message["tool_calls"] = reply
+            .tool_calls
+            .iter()
+            .map(|(id, name, arguments)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    message
+}

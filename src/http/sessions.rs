@@ -1,0 +1,123 @@
+//! Session routes: create, list, delete, and the nodes a trainer collects.
+
+use super::body::read_json;
+use super::{ApiError, AppState};
+use crate::session::{HistoryMode, Node, SessionOptions};
+use crate::tools::{PARSER_NAMES, parser_for};
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Deserialize)]
+pub struct CreateBody {
+    #[serde(default)]
+    tool_parser: Option<String>,
+    #[serde(default)]
+    track_tree: bool,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    history: HistoryMode,
+}
+
+pub async fn create(
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body: CreateBody = read_json(payload, state.max_body_bytes).await?;
+    let tool_parser = body.tool_parser.unwrap_or_else(|| "hermes".to_string());
+    if parser_for(&tool_parser).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "unknown tool_parser '{tool_parser}' (available: {})",
+            PARSER_NAMES.join(", ")
+        )));
+    }
+    if let Some(url) = &body.base_url {
+        state
+            .backends
+            .pick(Some(url))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
+    let session = state.sessions.create(SessionOptions {
+        tool_parser,
+        track_tree: body.track_tree,
+        base_url: body.base_url,
+        history: body.history,
+    });
+    tracing::debug!(session = %session.id, "session created");
+    Ok(HttpResponse::Ok().json(json!({
+        "uuid": session.id,
+        "model_name": state.model_name,
+        "tool_parser": session.options.tool_parser,
+        "base_url": session.options.base_url,
+        "track_tree": session.options.track_tree,
+        "history": session.options.history,
+        "created_at": session.created_at,
+    })))
+}
+
+pub async fn list(state: web::Data<AppState>) -> HttpResponse {
+    let sessions: Vec<_> = state
+        .sessions
+        .list()
+        .iter()
+        .map(|s| {
+            json!({
+                "uuid": s.id,
+                "created_at": s.created_at,
+                "last_accessed": s.last_accessed(),
+                "num_nodes": s.num_nodes(),
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({ "sessions": sessions }))
+}
+
+pub async fn delete(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    let session = state
+        .sessions
+        .remove(&id)
+        .ok_or_else(|| ApiError::no_session(&id))?;
+    Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
+}
+
+pub async fn nodes(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    let session = state
+        .sessions
+        .get(&id)
+        .ok_or_else(|| ApiError::no_session(&id))?;
+    session.touch();
+    let guard = session.state.lock().await;
+    let nodes: Vec<_> = guard
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| node_json(&state, index, node))
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "nodes": nodes })))
+}
+
+fn node_json(state: &AppState, index: usize, node: &Node) -> serde_json::Value {
+    json!({
+        "full_text": state.turn.tokenizer.decode(node.tokens()),
+        "tokens": node.tokens(),
+        "masked_tokens": node.masked_tokens(),
+        "logprobs": node.logprobs(),
+        "metadata": {
+            "node_index": index,
+            "num_turns": node.turns.len(),
+            "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
+            "turns": node.turns,
+            "divergence": node.divergence,
+            "parent": node.parent,
+        },
+    })
+}

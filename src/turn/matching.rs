@@ -1,0 +1,56 @@
+//! Inbound reconstruction: which assistant messages of a request are completions this session
+//! sampled. Those are later replaced by their exact token ids.
+
+use crate::chat::{ChatMessage, Role};
+use crate::session::completion::{message_fingerprint, tool_call_hash};
+use crate::session::{CompletionId, SessionState};
+
+/// For each message, the completion it is (assistant messages only), matched by tool-call ids
+/// and by content. A completion is preferred when it followed the previously matched one in
+/// its node, so identical answers in different branches map to the right branch.
+pub fn match_completions(
+    state: &SessionState,
+    messages: &[ChatMessage],
+) -> Vec<Option<CompletionId>> {
+    let mut previous: Option<CompletionId> = None;
+    messages
+        .iter()
+        .map(|message| {
+            if message.role != Role::Assistant {
+                return None;
+            }
+            let content = message.content.as_deref().unwrap_or("");
+            let ids = message.tool_calls.iter().map(|c| c.id.as_str());
+            let candidates = state
+                .by_fingerprint
+                .get(&message_fingerprint(content, ids))?;
+            let fits = |id: &&CompletionId| calls_match(state, **id, message);
+            let chosen = candidates
+                .iter()
+                .filter(fits)
+                .find(|id| state.completions[**id].previous == previous)
+                .or_else(|| candidates.iter().filter(fits).max())
+                .copied();
+            if chosen.is_some() {
+                previous = chosen;
+            }
+            chosen
+        })
+        .collect()
+}
+
+/// A message with tool calls matches only if every call is one the proxy issued, unchanged.
+fn calls_match(state: &SessionState, id: CompletionId, message: &ChatMessage) -> bool {
+    if message.tool_calls.is_empty() {
+        return true;
+    }
+    let issued = &state.completions[id].tool_calls;
+    issued.len() == message.tool_calls.len()
+        && issued
+            .iter()
+            .zip(&message.tool_calls)
+            .all(|(issued, sent)| {
+                issued.id == sent.id
+                    && issued.call_hash == tool_call_hash(&sent.name, &sent.arguments_value())
+            })
+}

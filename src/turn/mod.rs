@@ -1,0 +1,371 @@
+//! One turn of a rollout: request messages → prompt ids that extend the session's node →
+//! (backend) → the node updated with what was sampled.
+//!
+//! [`prepare`] is pure (it reads the session, writes nothing), so `/render` shows exactly what a
+//! real call would send, and a failed backend call leaves the session untouched. [`commit`]
+//! writes the result. Streaming later runs the same two stages around a streamed generation.
+//!
+//! How the prompt is built (template-agnostic, no per-model code):
+//! 1. assistant messages that are completions this session sampled are found ([`matching`]);
+//! 2. the conversation is rendered with each of them replaced by a placeholder ([`segments`]);
+//! 3. the node that ends with the last such completion is extended when every piece of text
+//!    between its completions still renders as it did; the new prompt is that node's ids plus
+//!    the tokens of the text after the last placeholder (minus an end token the model already
+//!    sampled), else a new node starts and records why.
+
+mod commit;
+mod matching;
+pub mod segments;
+
+pub use commit::{SampledChoice, commit};
+
+use crate::chat::ChatRequest;
+use crate::session::{
+    CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
+};
+use crate::template::{ChatTemplate, RenderRequest, TemplateError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use segments::{Placeholders, exact_check, generation_check, verify};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Failures while building a prompt.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+/// The model-side pieces every turn needs.
+#[derive(Debug, Clone)]
+pub struct TurnContext {
+    pub template: Arc<ChatTemplate>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub placeholders: Placeholders,
+}
+
+/// Where the prompt starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Base {
+    /// The prompt begins with every token of this node.
+    Extend { node: usize },
+    /// A new node; `divergence` says why an existing one could not be extended.
+    New { divergence: Option<Divergence> },
+}
+
+/// A prepared turn: the prompt to send and what to record once it is sampled.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub prompt_ids: Vec<u32>,
+    pub base: Base,
+    /// Length of the base node (0 for a new node): `prompt_ids[base_len..]` is new prompt.
+    pub base_len: usize,
+    /// History entries of the completed turns inside the prompt, for the node being built
+    /// (for an extension they replace the base node's, now checked exactly).
+    pub history: Vec<HistoryEntry>,
+    /// The check for the text before the turn about to be sampled.
+    pub next_check: SegmentCheck,
+}
+
+/// Builds the prompt for `request` on a session whose state is `state`.
+pub fn prepare(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    mode: HistoryMode,
+) -> Result<Plan, TurnError> {
+    let matched = matching::match_completions(state, &request.messages);
+    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+
+    let mut template_messages = Vec::with_capacity(request.messages.len());
+    let mut index = 0;
+    for (message, completion) in request.messages.iter().zip(&matched) {
+        template_messages.push(match completion {
+            Some(_) => {
+                index += 1;
+                serde_json::json!({"role": "assistant", "content": ctx.placeholders.marker(index - 1)})
+            }
+            None => message.to_template_value(),
+        });
+    }
+    let messages = Value::Array(template_messages);
+    let render = |add_generation_prompt| {
+        ctx.template.render(RenderRequest {
+            messages: &messages,
+            tools: request.tools.as_ref(),
+            add_generation_prompt,
+            kwargs: Some(&request.template_kwargs),
+        })
+    };
+    let prompt_text = render(request.add_generation_prompt)?;
+    let history_text = if request.add_generation_prompt {
+        render(false)?
+    } else {
+        prompt_text.clone()
+    };
+
+    let unmatched_assistant = request
+        .messages
+        .iter()
+        .zip(&matched)
+        .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
+    let (Some(pieces), Some(history_pieces)) = (
+        ctx.placeholders.split(&prompt_text, sampled.len()),
+        ctx.placeholders.split(&history_text, sampled.len()),
+    ) else {
+        return faithful_fallback(ctx, state, request, &messages, sampled);
+    };
+    let pieces = strip_end_tokens(state, &sampled, pieces);
+    let history_pieces = strip_end_tokens(state, &sampled, history_pieces);
+    let next_check = generation_check(history_pieces[sampled.len()], pieces[sampled.len()]);
+
+    if mode == HistoryMode::Template && !sampled.is_empty() {
+        return template_mode_plan(
+            ctx, state, request, &messages, &sampled, &pieces, next_check,
+        );
+    }
+
+    let (base, divergence) = find_base(state, &sampled, &pieces);
+    let (mut prompt_ids, first_piece, base) = match base {
+        Some((node, matched)) => (
+            state.nodes[node].tokens().to_vec(),
+            matched,
+            Base::Extend { node },
+        ),
+        None => {
+            let divergence = divergence.or_else(|| {
+                (unmatched_assistant && !state.nodes.is_empty()).then(|| Divergence {
+                    reason: "unmatched_assistant_message",
+                    detail:
+                        "an assistant message matches no completion of this session (edited or \
+                             written by the client); the template renders it as text"
+                            .into(),
+                    from_node: None,
+                    token_position: None,
+                })
+            });
+            (Vec::new(), 0, Base::New { divergence })
+        }
+    };
+    let base_len = prompt_ids.len();
+    // The base node ends with completion `first_piece` (none for a new node); everything after
+    // it is new prompt: the pieces between sampled turns, tokenized, and the sampled ids.
+    prompt_ids.extend(ctx.tokenizer.encode(pieces[first_piece])?);
+    for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
+        let record = &state.completions[completion];
+        prompt_ids.extend_from_slice(state.nodes[record.node].slice(record.span));
+        prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
+    }
+    Ok(Plan {
+        prompt_ids,
+        base,
+        base_len,
+        history: history_entries(&sampled, &pieces),
+        next_check,
+    })
+}
+
+fn history_entries(sampled: &[CompletionId], pieces: &[&str]) -> Vec<HistoryEntry> {
+    sampled
+        .iter()
+        .zip(pieces)
+        .map(|(&completion, piece)| HistoryEntry {
+            completion,
+            before: exact_check(piece),
+        })
+        .collect()
+}
+
+/// Removes, at the start of each piece after a sampled turn, the end token the model already
+/// sampled (the template renders `<|im_end|>` after the content again).
+fn strip_end_tokens<'t>(
+    state: &SessionState,
+    sampled: &[CompletionId],
+    mut pieces: Vec<&'t str>,
+) -> Vec<&'t str> {
+    for (piece, &completion) in pieces.iter_mut().skip(1).zip(sampled) {
+        if let Some(end) = &state.completions[completion].end_token_text
+            && let Some(rest) = piece.strip_prefix(end.as_str())
+        {
+            *piece = rest;
+        }
+    }
+    pieces
+}
+
+/// The node whose completions are exactly `sampled[..m]` for the largest `m`, and whose text
+/// between them still renders the same. Otherwise, why the best candidate was rejected.
+fn find_base(
+    state: &SessionState,
+    sampled: &[CompletionId],
+    pieces: &[&str],
+) -> (Option<(usize, usize)>, Option<Divergence>) {
+    let mut divergence = None;
+    for m in (1..=sampled.len()).rev() {
+        let Some(n) = chain_candidate(state, &sampled[..m]) else {
+            continue;
+        };
+        let node = &state.nodes[n];
+        match (0..m).find(|&j| !verify(&node.history[j].before, pieces[j])) {
+            None => return (Some((n, m)), None),
+            Some(j) if divergence.is_none() => {
+                let position = match j {
+                    0 => Some(0),
+                    _ => {
+                        let record = &state.completions[node.history[j - 1].completion];
+                        (record.node == n).then_some(record.span.end as usize)
+                    }
+                };
+                divergence = Some(Divergence {
+                    reason: "history_edited",
+                    detail: format!(
+                        "the conversation before sampled turn {} no longer renders as it did \
+                         (an edited or inserted message, or changed tools or template kwargs)",
+                        j + 1
+                    ),
+                    from_node: Some(n),
+                    token_position: position,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    (None, divergence)
+}
+
+/// The node that ends with the last of `chain` and holds exactly these completions.
+fn chain_candidate(state: &SessionState, chain: &[CompletionId]) -> Option<usize> {
+    let n = *state.tail_of.get(chain.last()?)?;
+    let history = &state.nodes[n].history;
+    (history.len() == chain.len() && history.iter().zip(chain).all(|(h, c)| h.completion == *c))
+        .then_some(n)
+}
+
+/// Renders the conversation with each sampled turn as its raw text (what the template itself
+/// would produce from the model's output).
+fn render_raw(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    messages: &Value,
+    sampled: &[CompletionId],
+) -> Result<String, TurnError> {
+    let mut messages = messages.clone();
+    let mut next = sampled.iter().enumerate().peekable();
+    for message in messages.as_array_mut().into_iter().flatten() {
+        let Some(&(index, &completion)) = next.peek() else {
+            break;
+        };
+        if message["content"].as_str() == Some(ctx.placeholders.marker(index).as_str()) {
+            message["content"] = Value::from(raw_text(ctx, state, completion));
+            next.next();
+        }
+    }
+    Ok(ctx.template.render(RenderRequest {
+        messages: &messages,
+        tools: request.tools.as_ref(),
+        add_generation_prompt: request.add_generation_prompt,
+        kwargs: Some(&request.template_kwargs),
+    })?)
+}
+
+/// The text of a completion as message content: its tokens decoded, without the end token.
+fn raw_text(ctx: &TurnContext, state: &SessionState, completion: CompletionId) -> String {
+    let record = &state.completions[completion];
+    let text = ctx
+        .tokenizer
+        .decode(state.nodes[record.node].slice(record.span));
+    match &record.end_token_text {
+        Some(end) => text
+            .strip_suffix(end.as_str())
+            .map(str::to_string)
+            .unwrap_or(text),
+        None => text,
+    }
+}
+
+/// `history: "template"`: the prompt is the template's own rendering of the conversation; the
+/// node is extended only when its text is a prefix of that rendering.
+fn template_mode_plan(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    messages: &Value,
+    sampled: &[CompletionId],
+    pieces: &[&str],
+    next_check: SegmentCheck,
+) -> Result<Plan, TurnError> {
+    let faithful = render_raw(ctx, state, request, messages, sampled)?;
+    let history = history_entries(sampled, pieces);
+    let mut divergence = None;
+    if let Some(n) = (1..=sampled.len())
+        .rev()
+        .find_map(|m| chain_candidate(state, &sampled[..m]))
+    {
+        let node = &state.nodes[n];
+        let node_text = ctx.tokenizer.decode(node.tokens());
+        if let Some(rest) = faithful.strip_prefix(node_text.as_str()) {
+            let mut prompt_ids = node.tokens().to_vec();
+            prompt_ids.extend(ctx.tokenizer.encode(rest)?);
+            return Ok(Plan {
+                prompt_ids,
+                base: Base::Extend { node: n },
+                base_len: node.len(),
+                history,
+                next_check,
+            });
+        }
+        let at = node_text
+            .char_indices()
+            .zip(faithful.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(node_text.len().min(faithful.len()), |((i, _), _)| i);
+        divergence = Some(Divergence {
+            reason: "template_rewrites_history",
+            detail: format!(
+                "the chat template renders earlier turns differently from what was sampled \
+                 (e.g. it drops old reasoning); first difference at character {at} of the node text"
+            ),
+            from_node: Some(n),
+            token_position: None,
+        });
+    }
+    Ok(Plan {
+        prompt_ids: ctx.tokenizer.encode(&faithful)?,
+        base: Base::New { divergence },
+        base_len: 0,
+        history,
+        next_check,
+    })
+}
+
+/// The template did not reproduce every placeholder once and in order (it dropped, reordered or
+/// altered a sampled turn): tokenize its own rendering as a new node and say so.
+fn faithful_fallback(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    messages: &Value,
+    sampled: Vec<CompletionId>,
+) -> Result<Plan, TurnError> {
+    let text = render_raw(ctx, state, request, messages, &sampled)?;
+    let empty_pieces = vec![""; sampled.len()];
+    Ok(Plan {
+        prompt_ids: ctx.tokenizer.encode(&text)?,
+        base: Base::New {
+            divergence: Some(Divergence {
+                reason: "template_altered_sampled_turn",
+                detail: "the chat template did not render every sampled assistant turn verbatim, \
+                         so their ids cannot be reused; the prompt is the template's rendering"
+                    .into(),
+                from_node: None,
+                token_position: None,
+            }),
+        },
+        base_len: 0,
+        history: history_entries(&sampled, &empty_pieces),
+        next_check: generation_check("", ""),
+    })
+}

@@ -1,0 +1,230 @@
+//! A scripted inference server speaking SGLang's `/generate` or vLLM's `/v1/completions` wire
+//! format exactly. Each request pops the next scripted reply and is recorded.
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Sglang,
+    Vllm,
+}
+
+/// One sampled continuation to return.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    /// "stop" or "length".
+    pub finish: &'static str,
+    /// What stopped it: a token id or a stop string.
+    pub matched: Value,
+}
+
+impl Sample {
+    pub fn stop(ids: Vec<u32>) -> Self {
+        let logprobs = (0..ids.len()).map(|i| -0.1 - i as f32 * 0.01).collect();
+        let matched = ids.last().map(|&id| json!(id)).unwrap_or(Value::Null);
+        Self {
+            ids,
+            logprobs,
+            finish: "stop",
+            matched,
+        }
+    }
+    pub fn length(ids: Vec<u32>) -> Self {
+        Self {
+            finish: "length",
+            matched: Value::Null,
+            ..Self::stop(ids)
+        }
+    }
+    pub fn stop_string(ids: Vec<u32>, stop: &str) -> Self {
+        Self {
+            matched: json!(stop),
+            ..Self::stop(ids)
+        }
+    }
+}
+
+/// A scripted reply: samples, or an HTTP error, or a delay past the proxy's timeout.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Samples(Vec<Sample>),
+    Error(u16, &'static str),
+    SleepMs(u64),
+}
+
+#[derive(Default)]
+struct Shared {
+    script: VecDeque<Reply>,
+    requests: Vec<Value>,
+}
+
+/// A running scripted upstream.
+#[derive(Clone)]
+pub struct MockWorker {
+    pub url: String,
+    pub wire: Wire,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl MockWorker {
+    pub fn start(wire: Wire) -> Self {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state = shared.clone();
+        std::thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let data = web::Data::new((state, wire));
+                HttpServer::new(move || {
+                    App::new()
+                        .app_data(data.clone())
+                        .route("/generate", web::post().to(handle))
+                        .route("/v1/completions", web::post().to(handle))
+                        .route(
+                            "/health",
+                            web::get().to(|| async { HttpResponse::Ok().finish() }),
+                        )
+                })
+                .workers(1)
+                .listen(listener)
+                .unwrap()
+                .run()
+                .await
+                .unwrap()
+            })
+        });
+        Self { url, wire, shared }
+    }
+
+    /// Queues the reply to the next request.
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().unwrap().script.push_back(reply);
+    }
+
+    /// Queues one sample.
+    pub fn push_sample(&self, sample: Sample) {
+        self.push(Reply::Samples(vec![sample]));
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.shared.lock().unwrap().requests.clone()
+    }
+
+    /// The prompt ids of the last request.
+    pub fn last_prompt(&self) -> Vec<u32> {
+        let last = self.requests().pop().expect("a request was made");
+        let key = match self.wire {
+            Wire::Sglang => "input_ids",
+            Wire::Vllm => "prompt",
+        };
+        serde_json::from_value(last[key].clone()).unwrap()
+    }
+}
+
+async fn handle(
+    req: HttpRequest,
+    body: web::Json<Value>,
+    data: web::Data<(Arc<Mutex<Shared>>, Wire)>,
+) -> HttpResponse {
+    let (shared, wire) = data.get_ref();
+    let expected_path = match wire {
+        Wire::Sglang => "/generate",
+        Wire::Vllm => "/v1/completions",
+    };
+    if req.path() != expected_path {
+        return HttpResponse::NotFound()
+            .json(json!({"error": {"message": "wrong endpoint", "code": 404}}));
+    }
+    let reply = {
+        let mut shared = shared.lock().unwrap();
+        shared.requests.push(body.0.clone());
+        shared.script.pop_front()
+    };
+    match reply {
+        None => HttpResponse::InternalServerError()
+            .json(json!({"error": {"message": "script exhausted", "code": 500}})),
+        Some(Reply::Error(status, message)) => HttpResponse::build(
+            actix_web::http::StatusCode::from_u16(status).unwrap(),
+        )
+        .json(json!({"error": {"message": message, "type": "BadRequestError", "code": status}})),
+        Some(Reply::SleepMs(ms)) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            HttpResponse::InternalServerError().finish()
+        }
+        Some(Reply::Samples(samples)) => match wire {
+            Wire::Sglang => sglang_reply(&body, &samples),
+            Wire::Vllm => vllm_reply(&body, &samples),
+        },
+    }
+}
+
+fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
+    let prompt_len = body["input_ids"].as_array().map_or(0, Vec::len);
+    let outputs: Vec<Value> = samples
+        .iter()
+        .map(|s| {
+            let finish = match s.finish {
+                "length" => json!({"type": "length", "length": s.ids.len()}),
+                _ => json!({"type": "stop", "matched": s.matched}),
+            };
+            json!({
+                "text": "",
+                "output_ids": s.ids,
+                "meta_info": {
+                    "id": uuid::Uuid::new_v4().simple().to_string(),
+                    "finish_reason": finish,
+                    "prompt_tokens": prompt_len,
+                    "weight_version": "default",
+                    "input_token_logprobs": [],
+                    "output_token_logprobs": s.ids.iter().zip(&s.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
+                    "completion_tokens": s.ids.len(),
+                    "cached_tokens": 0,
+                }
+            })
+        })
+        .collect();
+    if outputs.len() == 1 && body["sampling_params"]["n"].as_u64().unwrap_or(1) == 1 {
+        HttpResponse::Ok().json(&outputs[0])
+    } else {
+        HttpResponse::Ok().json(outputs)
+    }
+}
+
+fn vllm_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
+    let prompt = body["prompt"].clone();
+    let choices: Vec<Value> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let stop_reason = match (&s.matched, s.finish) {
+                (Value::String(_), _) => s.matched.clone(),
+                _ => Value::Null,
+            };
+            json!({
+                "index": i,
+                "text": "",
+                "logprobs": {
+                    "text_offset": (0..s.ids.len()).collect::<Vec<_>>(),
+                    "token_logprobs": s.logprobs,
+                    "tokens": s.ids.iter().map(|id| format!("token_id:{id}")).collect::<Vec<_>>(),
+                    "top_logprobs": s.ids.iter().zip(&s.logprobs).map(|(id, lp)| json!({format!("token_id:{id}"): lp})).collect::<Vec<_>>(),
+                },
+                "finish_reason": s.finish,
+                "stop_reason": stop_reason,
+                "token_ids": s.ids,
+                "prompt_logprobs": null,
+                "prompt_token_ids": prompt,
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({
+        "id": "cmpl-mock", "object": "text_completion", "created": 0, "model": body["model"],
+        "choices": choices, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }))
+}
