@@ -27,10 +27,17 @@ async fn sampled_tokens_are_never_retokenized() {
     let tok = tokenizer("qwen3");
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
     let uuid = proxy.session(json!({})).await;
-    let mut sampled: Vec<u32> = "Hello".chars().map(|c| tok.encode(&c.to_string()).unwrap()[0]).collect();
+    let mut sampled: Vec<u32> = "Hello"
+        .chars()
+        .map(|c| tok.encode(&c.to_string()).unwrap()[0])
+        .collect();
     sampled.extend(tok.encode(" world").unwrap());
     sampled.push(tok.token_id("<|im_end|>").unwrap());
-    assert_ne!(tok.encode("Hello").unwrap(), sampled[..5].to_vec(), "the sampling is non-canonical");
+    assert_ne!(
+        tok.encode("Hello").unwrap(),
+        sampled[..5].to_vec(),
+        "the sampling is non-canonical"
+    );
     proxy.worker.push_sample(Sample::stop(sampled.clone()));
     let mut messages = vec![json!({"role": "user", "content": "Say hello"})];
     let (status, data) = proxy.chat(&uuid, json!({"messages": messages})).await;
@@ -39,10 +46,15 @@ async fn sampled_tokens_are_never_retokenized() {
 
     messages.push(json!({"role": "assistant", "content": "Hello world"}));
     messages.push(json!({"role": "user", "content": "Again"}));
-    proxy.worker.push_sample(Sample::stop(tok.encode("Hi<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("Hi<|im_end|>").unwrap()));
     proxy.chat(&uuid, json!({"messages": messages})).await;
     let prompt = proxy.worker.last_prompt();
-    assert!(contains(&prompt, &sampled), "second prompt carries the sampled ids verbatim");
+    assert!(
+        contains(&prompt, &sampled),
+        "second prompt carries the sampled ids verbatim"
+    );
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1);
     assert!(contains(&ids(&nodes[0]), &sampled));
@@ -54,29 +66,52 @@ async fn sampled_tokens_are_never_retokenized() {
 /// prompt of a turn is the node's ids plus the new suffix.
 #[tokio::test]
 async fn eos_is_not_duplicated_and_prompt_extends_the_node() {
-    for tools in [None, Some(json!([{"type": "function", "function": {"name": "search", "parameters": {}}}]))] {
+    for tools in [
+        None,
+        Some(json!([{"type": "function", "function": {"name": "search", "parameters": {}}}])),
+    ] {
         let tok = tokenizer("qwen3");
         let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
         let uuid = proxy.session(json!({})).await;
         let im_end = tok.token_id("<|im_end|>").unwrap();
-        let first = tok.encode("<think>\nok\n</think>\n\nSure.<|im_end|>").unwrap();
+        let first = tok
+            .encode("<think>\nok\n</think>\n\nSure.<|im_end|>")
+            .unwrap();
         proxy.worker.push_sample(Sample::stop(first.clone()));
         let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
         if let Some(tools) = &tools {
             body["tools"] = tools.clone();
         }
         let (_, data) = proxy.chat(&uuid, body.clone()).await;
-        let content = data["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        let content = data["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let node_after_1 = ids(&proxy.nodes(&uuid).await[0]);
 
-        body["messages"].as_array_mut().unwrap().push(json!({"role": "assistant", "content": content}));
-        body["messages"].as_array_mut().unwrap().push(json!({"role": "user", "content": "more"}));
-        proxy.worker.push_sample(Sample::stop(tok.encode("Done.<|im_end|>").unwrap()));
+        body["messages"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "assistant", "content": content}));
+        body["messages"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "more"}));
+        proxy
+            .worker
+            .push_sample(Sample::stop(tok.encode("Done.<|im_end|>").unwrap()));
         proxy.chat(&uuid, body).await;
         let prompt = proxy.worker.last_prompt();
-        assert_eq!(&prompt[..node_after_1.len()], &node_after_1[..], "prompt = node ids + suffix");
+        assert_eq!(
+            &prompt[..node_after_1.len()],
+            &node_after_1[..],
+            "prompt = node ids + suffix"
+        );
         let suffix = tok.decode(&prompt[node_after_1.len()..]);
-        assert_eq!(suffix, "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            suffix,
+            "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+        );
         assert!(!prompt.windows(2).any(|w| w == [im_end, im_end]));
 
         let nodes = proxy.nodes(&uuid).await;
@@ -84,9 +119,16 @@ async fn eos_is_not_duplicated_and_prompt_extends_the_node() {
         assert_node_shape(&nodes[0]);
         let masked = nodes[0]["masked_tokens"].as_array().unwrap();
         let first_start = node_after_1.len() - first.len();
-        assert_eq!(masked[first_start..node_after_1.len()], json!(first).as_array().unwrap()[..], "turn 1 stays unmasked");
+        assert_eq!(
+            masked[first_start..node_after_1.len()],
+            json!(first).as_array().unwrap()[..],
+            "turn 1 stays unmasked"
+        );
         let logprobs = nodes[0]["logprobs"].as_array().unwrap();
-        assert!((logprobs[first_start].as_f64().unwrap() - (-0.1)).abs() < 1e-6, "the backend's logprob");
+        assert!(
+            (logprobs[first_start].as_f64().unwrap() - (-0.1)).abs() < 1e-6,
+            "the backend's logprob"
+        );
     }
 }
 
@@ -98,10 +140,17 @@ async fn length_cut_turn_gets_closing_tokens_as_prompt() {
     let uuid = proxy.session(json!({})).await;
     let cut = tok.encode("A very long ans").unwrap();
     proxy.worker.push_sample(Sample::length(cut.clone()));
-    let (_, data) = proxy.chat(&uuid, json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})).await;
+    let (_, data) = proxy
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+        )
+        .await;
     assert_eq!(data["choices"][0]["finish_reason"], "length");
     let content = data["choices"][0]["message"]["content"].clone();
-    proxy.worker.push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
     proxy
         .chat(&uuid, json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "go on"}]}))
         .await;
@@ -112,7 +161,10 @@ async fn length_cut_turn_gets_closing_tokens_as_prompt() {
     let end = tokens.windows(cut.len()).position(|w| w == cut).unwrap() + cut.len();
     assert_eq!(tokens[end], tok.token_id("<|im_end|>").unwrap());
     assert_eq!(masked[end], -100, "the closing token was not sampled");
-    assert_eq!(nodes[0]["metadata"]["finish_reasons"], json!(["length", "stop"]));
+    assert_eq!(
+        nodes[0]["metadata"]["finish_reasons"],
+        json!(["length", "stop"])
+    );
 }
 
 /// Invariant 4: a stop string the backend reports is cut from the text but its ids stay.
@@ -122,13 +174,20 @@ async fn stop_string_ids_stay_in_the_node() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Vllm);
     let uuid = proxy.session(json!({})).await;
     let sampled = tok.encode("Answer: 4\nObservation:").unwrap();
-    proxy.worker.push_sample(Sample::stop_string(sampled.clone(), "Observation:"));
+    proxy
+        .worker
+        .push_sample(Sample::stop_string(sampled.clone(), "Observation:"));
     let (_, data) = proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2"}], "stop": ["Observation:"]}))
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "2+2"}], "stop": ["Observation:"]}),
+        )
         .await;
     assert_eq!(data["choices"][0]["message"]["content"], "Answer: 4\n");
     assert_eq!(proxy.worker.requests()[0]["stop"], json!(["Observation:"]));
-    proxy.worker.push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
     proxy
         .chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "Answer: 4\n"}, {"role": "user", "content": "sure?"}]}))
         .await;
@@ -146,18 +205,25 @@ async fn qwen3_generation_prompt_rendered_differently_in_history() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
     let uuid = proxy.session(json!({})).await;
     let kwargs = json!({"enable_thinking": false});
-    proxy.worker.push_sample(Sample::stop(tok.encode("Paris.<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("Paris.<|im_end|>").unwrap()));
     proxy
         .chat(&uuid, json!({"messages": [{"role": "user", "content": "Capital of France?"}], "chat_template_kwargs": kwargs}))
         .await;
     let first_prompt = tok.decode(&proxy.worker.last_prompt());
     assert!(first_prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
-    proxy.worker.push_sample(Sample::stop(tok.encode("Berlin.<|im_end|>").unwrap()));
     proxy
-        .chat(&uuid, json!({"messages": [
+        .worker
+        .push_sample(Sample::stop(tok.encode("Berlin.<|im_end|>").unwrap()));
+    proxy
+        .chat(
+            &uuid,
+            json!({"messages": [
             {"role": "user", "content": "Capital of France?"},
             {"role": "assistant", "content": "Paris."},
-            {"role": "user", "content": "And Germany?"}], "chat_template_kwargs": kwargs}))
+            {"role": "user", "content": "And Germany?"}], "chat_template_kwargs": kwargs}),
+        )
         .await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1);
@@ -175,9 +241,16 @@ async fn qwen3_think_stripping_default_and_template_mode() {
         let uuid = proxy.session(json!({"history": mode})).await;
         let first = tok.encode("<think>\nhmm\n</think>\n\n4<|im_end|>").unwrap();
         proxy.worker.push_sample(Sample::stop(first.clone()));
-        let (_, data) = proxy.chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2?"}]})).await;
+        let (_, data) = proxy
+            .chat(
+                &uuid,
+                json!({"messages": [{"role": "user", "content": "2+2?"}]}),
+            )
+            .await;
         let content = data["choices"][0]["message"]["content"].clone();
-        proxy.worker.push_sample(Sample::stop(tok.encode("6<|im_end|>").unwrap()));
+        proxy
+            .worker
+            .push_sample(Sample::stop(tok.encode("6<|im_end|>").unwrap()));
         proxy
             .chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": content}, {"role": "user", "content": "3+3?"}]}))
             .await;
@@ -187,8 +260,14 @@ async fn qwen3_think_stripping_default_and_template_mode() {
         if mode == "sampled" {
             assert!(contains(&prompt, &first));
         } else {
-            assert!(!tok.decode(&prompt).contains("hmm"), "the template dropped the old reasoning");
-            assert_eq!(nodes[1]["metadata"]["divergence"]["reason"], "template_rewrites_history");
+            assert!(
+                !tok.decode(&prompt).contains("hmm"),
+                "the template dropped the old reasoning"
+            );
+            assert_eq!(
+                nodes[1]["metadata"]["divergence"]["reason"],
+                "template_rewrites_history"
+            );
         }
     }
 }
@@ -198,7 +277,11 @@ async fn qwen3_think_stripping_default_and_template_mode() {
 /// for byte (no key reordering, no `true` → `True`).
 #[tokio::test]
 async fn tool_conversations_are_one_node_on_real_templates() {
-    for (model, template, end) in [("llama3_1", None, "<|eot_id|>"), ("smollm2", Some("hermes"), "<|im_end|>"), ("qwen3", None, "<|im_end|>")] {
+    for (model, template, end) in [
+        ("llama3_1", None, "<|eot_id|>"),
+        ("smollm2", Some("hermes"), "<|im_end|>"),
+        ("qwen3", None, "<|im_end|>"),
+    ] {
         let tok = tokenizer(model);
         let proxy = Proxy::start(fixture_model(model), template, Wire::Sglang);
         let uuid = proxy.session(json!({})).await;
@@ -206,24 +289,48 @@ async fn tool_conversations_are_one_node_on_real_templates() {
         let call_text = r#"<tool_call>{"name": "lookup", "arguments": {"z": true, "a": 1.50, "s": "x"}}</tool_call>"#;
         let call = tok.encode(&format!("{call_text}{end}")).unwrap();
         proxy.worker.push_sample(Sample::stop(call.clone()));
-        let mut messages = vec![json!({"role": "system", "content": "Be brief."}), json!({"role": "user", "content": "look it up"})];
-        let (status, data) = proxy.chat(&uuid, json!({"messages": messages, "tools": tools})).await;
+        let mut messages = vec![
+            json!({"role": "system", "content": "Be brief."}),
+            json!({"role": "user", "content": "look it up"}),
+        ];
+        let (status, data) = proxy
+            .chat(&uuid, json!({"messages": messages, "tools": tools}))
+            .await;
         assert_eq!(status, 200, "{model}: {data}");
         let calls = data["choices"][0]["message"]["tool_calls"].clone();
-        assert_eq!(calls[0]["function"]["arguments"], r#"{"z": true, "a": 1.50, "s": "x"}"#, "{model}");
+        assert_eq!(
+            calls[0]["function"]["arguments"], r#"{"z": true, "a": 1.50, "s": "x"}"#,
+            "{model}"
+        );
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
         messages.push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "found"}));
-        proxy.worker.push_sample(Sample::stop(tok.encode(&format!("It is found.{end}")).unwrap()));
-        let (status, _) = proxy.chat(&uuid, json!({"messages": messages, "tools": tools})).await;
+        proxy.worker.push_sample(Sample::stop(
+            tok.encode(&format!("It is found.{end}")).unwrap(),
+        ));
+        let (status, _) = proxy
+            .chat(&uuid, json!({"messages": messages, "tools": tools}))
+            .await;
         assert_eq!(status, 200);
         messages.push(json!({"role": "assistant", "content": "It is found."}));
         messages.push(json!({"role": "user", "content": "thanks"}));
-        proxy.worker.push_sample(Sample::stop(tok.encode(&format!("Welcome.{end}")).unwrap()));
-        proxy.chat(&uuid, json!({"messages": messages, "tools": tools})).await;
+        proxy
+            .worker
+            .push_sample(Sample::stop(tok.encode(&format!("Welcome.{end}")).unwrap()));
+        proxy
+            .chat(&uuid, json!({"messages": messages, "tools": tools}))
+            .await;
         let prompt = proxy.worker.last_prompt();
-        assert!(contains(&prompt, &call), "{model}: the call's sampled ids are reused");
+        assert!(
+            contains(&prompt, &call),
+            "{model}: the call's sampled ids are reused"
+        );
         let nodes = proxy.nodes(&uuid).await;
-        assert_eq!(nodes.len(), 1, "{model}: {:?}", nodes.iter().map(|n| &n["metadata"]).collect::<Vec<_>>());
+        assert_eq!(
+            nodes.len(),
+            1,
+            "{model}: {:?}",
+            nodes.iter().map(|n| &n["metadata"]).collect::<Vec<_>>()
+        );
         assert_node_shape(&nodes[0]);
         assert_eq!(nodes[0]["metadata"]["num_turns"], 3);
         assert!(nodes[0]["full_text"].as_str().unwrap().contains(call_text));
@@ -236,9 +343,18 @@ async fn edited_history_starts_a_new_node() {
     let tok = tokenizer("qwen3");
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
     let uuid = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
-    proxy.chat(&uuid, json!({"messages": [{"role": "user", "content": "q1"}]})).await;
-    proxy.worker.push_sample(Sample::stop(tok.encode("B<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
+    proxy
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "q1"}]}),
+        )
+        .await;
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("B<|im_end|>").unwrap()));
     proxy
         .chat(&uuid, json!({"messages": [{"role": "user", "content": "q1 EDITED"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "q2"}]}))
         .await;
@@ -249,13 +365,18 @@ async fn edited_history_starts_a_new_node() {
     assert_eq!(divergence["from_node"], 0);
     assert_eq!(divergence["token_position"], 0);
     // An assistant message the proxy never produced is rendered as text, also a new node.
-    proxy.worker.push_sample(Sample::stop(tok.encode("C<|im_end|>").unwrap()));
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("C<|im_end|>").unwrap()));
     proxy
         .chat(&uuid, json!({"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "not what was said"}, {"role": "user", "content": "q2"}]}))
         .await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 3);
-    assert_eq!(nodes[2]["metadata"]["divergence"]["reason"], "unmatched_assistant_message");
+    assert_eq!(
+        nodes[2]["metadata"]["divergence"]["reason"],
+        "unmatched_assistant_message"
+    );
 }
 
 /// n>1: the first choice extends the node, the others are new nodes; track_tree keeps every
@@ -266,8 +387,15 @@ async fn n_choices_and_track_tree() {
     for track_tree in [false, true] {
         let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
         let uuid = proxy.session(json!({"track_tree": track_tree})).await;
-        proxy.worker.push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
-        proxy.chat(&uuid, json!({"messages": [{"role": "user", "content": "q"}]})).await;
+        proxy
+            .worker
+            .push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
+        proxy
+            .chat(
+                &uuid,
+                json!({"messages": [{"role": "user", "content": "q"}]}),
+            )
+            .await;
         proxy.worker.push(common::mock_worker::Reply::Samples(vec![
             Sample::stop(tok.encode("X<|im_end|>").unwrap()),
             Sample::stop(tok.encode("Y<|im_end|>").unwrap()),

@@ -131,8 +131,9 @@ impl Node {
     pub fn masked_tokens(&self) -> Vec<i64> {
         let mut out = vec![-100i64; self.tokens.len()];
         for span in &self.sampled {
-            for i in span.start as usize..span.end as usize {
-                out[i] = i64::from(self.tokens[i]);
+            let range = span.start as usize..span.end as usize;
+            for (slot, &id) in out[range.clone()].iter_mut().zip(&self.tokens[range]) {
+                *slot = i64::from(id);
             }
         }
         out

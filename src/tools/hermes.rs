@@ -34,7 +34,7 @@ impl ToolParser for HermesParser {
             };
             let body = rest[body_start..body_start + close].trim();
             match serde_json::from_str::<CallBody>(body) {
-                Ok(call) if allowed.iter().any(|n| *n == call.name) => {
+                Ok(call) if allowed.contains(&call.name) => {
                     content.push_str(&rest[..open]);
                     calls.push(ParsedCall {
                         name: call.name,

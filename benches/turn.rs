@@ -1,0 +1,93 @@
+//! Per-turn pipeline cost (render + tokenize + extend) at growing history sizes, on the real
+//! Qwen3 tokenizer and template. Needs `scripts/fetch-fixtures.sh`.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rollout_proxy::backend::{FinishReason, Generation};
+use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::session::{HistoryMode, SessionState};
+use rollout_proxy::template::load_template;
+use rollout_proxy::tokenizer::Tokenizer;
+use rollout_proxy::turn::segments::Placeholders;
+use rollout_proxy::turn::{SampledChoice, TurnContext, commit, prepare};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn context() -> TurnContext {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache/qwen3");
+    TurnContext {
+        template: Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
+        tokenizer: Arc::new(Tokenizer::from_path(&dir).unwrap()),
+        placeholders: Placeholders::new(),
+    }
+}
+
+fn request(messages: &[Value]) -> ChatRequest {
+    let body: ChatCompletionBody = serde_json::from_value(json!({"messages": messages})).unwrap();
+    ChatRequest::from_body(body, Some(256)).unwrap()
+}
+
+/// A session whose single node holds about `target` tokens, and the messages of its next turn.
+fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<Value>) {
+    let mut state = SessionState::default();
+    let mut messages = Vec::new();
+    let filler = "The quick brown fox jumps over the lazy dog while counting sheep. ".repeat(6);
+    let answer = ctx
+        .tokenizer
+        .encode(&format!("{filler}<|im_end|>"))
+        .unwrap();
+    let answer_text = filler.clone();
+    let mut turn = 0;
+    loop {
+        messages.push(json!({"role": "user", "content": format!("question {turn}: {filler}")}));
+        let plan = prepare(ctx, &state, &request(&messages), HistoryMode::Sampled).unwrap();
+        let generation = Generation {
+            token_ids: answer.clone(),
+            logprobs: vec![-0.5; answer.len()],
+            top_logprobs: None,
+            finish_reason: FinishReason::Stop,
+            stop: None,
+            weight_version: None,
+        };
+        let choice = SampledChoice {
+            generation,
+            end_token_text: Some("<|im_end|>".into()),
+            tool_calls: Vec::new(),
+            fingerprints: vec![rollout_proxy::session::completion::message_fingerprint(
+                &answer_text,
+                std::iter::empty(),
+            )],
+            backend: "bench".into(),
+        };
+        commit(&mut state, &plan, vec![choice], false);
+        messages.push(json!({"role": "assistant", "content": answer_text}));
+        turn += 1;
+        if state.nodes[0].len() >= target {
+            break;
+        }
+    }
+    messages.push(json!({"role": "user", "content": "one more question"}));
+    (state, messages)
+}
+
+fn bench_turn(c: &mut Criterion) {
+    let ctx = context();
+    let mut group = c.benchmark_group("prepare_turn");
+    for target in [1_000usize, 8_000, 32_000] {
+        let (state, messages) = session_with_history(&ctx, target);
+        let req = request(&messages);
+        let plan = prepare(&ctx, &state, &req, HistoryMode::Sampled).unwrap();
+        assert!(matches!(
+            plan.base,
+            rollout_proxy::turn::Base::Extend { .. }
+        ));
+        let id = format!("{}_tokens", state.nodes[0].len());
+        group.bench_with_input(BenchmarkId::from_parameter(id), &req, |b, req| {
+            b.iter(|| prepare(&ctx, &state, req, HistoryMode::Sampled).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_turn);
+criterion_main!(benches);
