@@ -2,6 +2,7 @@
 
 use super::BackendError;
 use serde::Serialize;
+use serde_json::Value;
 use std::time::Duration;
 
 /// A JSON-over-HTTP connection to one server.
@@ -116,6 +117,18 @@ fn error_message(body: &[u8]) -> String {
         .and_then(|m| m.as_str())
         .map(str::to_string)
         .unwrap_or_else(|| text.chars().take(500).collect())
+}
+
+/// Sets each field whose value is present (absent ones keep the server's default).
+pub(crate) fn set_present<'k>(
+    target: &mut Value,
+    fields: impl IntoIterator<Item = (&'k str, Option<Value>)>,
+) {
+    for (key, value) in fields {
+        if let Some(value) = value {
+            target[key] = value;
+        }
+    }
 }
 
 /// Strips a trailing `/v1` so both `http://host:8000` and `http://host:8000/v1` work.

@@ -95,10 +95,10 @@ impl Member {
             .acquire()
             .await
             .expect("semaphore is never closed");
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        // A guard, because a client that disconnects drops this future mid-request.
+        let _in_flight = InFlight::enter(&self.in_flight);
         self.requests.fetch_add(1, Ordering::Relaxed);
         let result = self.client.generate(request).await;
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
         match &result {
             Ok(_) => self.healthy.store(true, Ordering::Relaxed),
             Err(error) => {
@@ -129,6 +129,22 @@ impl Member {
             "requests": self.requests.load(Ordering::Relaxed),
             "errors": self.errors.load(Ordering::Relaxed),
         })
+    }
+}
+
+/// Counts one request in flight for as long as it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -1,6 +1,6 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
-use super::http::{JsonClient, server_root};
+use super::http::{JsonClient, server_root, set_present};
 use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -24,22 +24,18 @@ impl SglangBackend {
     fn body(request: &GenerateRequest) -> Value {
         let p = &request.params;
         let mut sampling = json!({ "n": request.n });
-        let fields = [
-            ("max_new_tokens", p.max_tokens.map(Value::from)),
-            ("temperature", p.temperature.map(Value::from)),
-            ("top_p", p.top_p.map(Value::from)),
-            ("top_k", p.top_k.map(Value::from)),
-            ("min_p", p.min_p.map(Value::from)),
-            ("sampling_seed", p.seed.map(Value::from)),
-        ];
-        for (key, value) in fields {
-            if let Some(value) = value {
-                sampling[key] = value;
-            }
-        }
-        if !p.stop.is_empty() {
-            sampling["stop"] = json!(p.stop);
-        }
+        set_present(
+            &mut sampling,
+            [
+                ("max_new_tokens", p.max_tokens.map(Value::from)),
+                ("temperature", p.temperature.map(Value::from)),
+                ("top_p", p.top_p.map(Value::from)),
+                ("top_k", p.top_k.map(Value::from)),
+                ("min_p", p.min_p.map(Value::from)),
+                ("sampling_seed", p.seed.map(Value::from)),
+                ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
+            ],
+        );
         json!({
             "input_ids": request.prompt,
             "sampling_params": sampling,
@@ -150,5 +146,41 @@ impl Backend for SglangBackend {
 
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> SglangBackend {
+        SglangBackend::new("http://h:30000", None, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn reads_output_logprobs_finish_and_weight_version() {
+        let output = json!({"output_ids": [3, 4], "meta_info": {
+            "finish_reason": {"type": "stop", "matched": 4}, "weight_version": "v7",
+            "output_token_logprobs": [[-0.5, 3, null], [-0.1, 4, null]],
+            "output_top_logprobs": [[[-0.5, 3, null], [-2.0, 8, null]], [[-0.1, 4, null]]]}});
+        let g = backend().parse_output(&output, true).unwrap();
+        assert_eq!(g.token_ids, vec![3, 4]);
+        assert_eq!(g.logprobs, vec![-0.5, -0.1]);
+        assert_eq!(g.stop, Some(StopMatch::Token(4)));
+        assert_eq!(g.weight_version.as_deref(), Some("v7"));
+        assert_eq!(g.top_logprobs.unwrap()[0], vec![(3, -0.5), (8, -2.0)]);
+    }
+
+    #[test]
+    fn abort_with_status_200_is_an_error_and_mismatched_ids_are_rejected() {
+        let aborted = json!({"meta_info": {"finish_reason": {"type": "abort", "message": "paused"},
+            "output_token_logprobs": []}});
+        assert!(matches!(
+            backend().parse_output(&aborted, false),
+            Err(BackendError::Aborted { .. })
+        ));
+        let mismatched = json!({"output_ids": [9], "meta_info": {"finish_reason": {"type": "length", "length": 1},
+            "output_token_logprobs": [[-0.5, 3, null]]}});
+        assert!(backend().parse_output(&mismatched, false).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! vLLM through `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
-use super::http::{JsonClient, server_root};
+use super::http::{JsonClient, server_root, set_present};
 use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -34,22 +34,18 @@ impl VllmBackend {
             "return_token_ids": true,
             "skip_special_tokens": false,
         });
-        let fields = [
-            ("max_tokens", p.max_tokens.map(Value::from)),
-            ("temperature", p.temperature.map(Value::from)),
-            ("top_p", p.top_p.map(Value::from)),
-            ("top_k", p.top_k.map(Value::from)),
-            ("min_p", p.min_p.map(Value::from)),
-            ("seed", p.seed.map(Value::from)),
-        ];
-        for (key, value) in fields {
-            if let Some(value) = value {
-                body[key] = value;
-            }
-        }
-        if !p.stop.is_empty() {
-            body["stop"] = json!(p.stop);
-        }
+        set_present(
+            &mut body,
+            [
+                ("max_tokens", p.max_tokens.map(Value::from)),
+                ("temperature", p.temperature.map(Value::from)),
+                ("top_p", p.top_p.map(Value::from)),
+                ("top_k", p.top_k.map(Value::from)),
+                ("min_p", p.min_p.map(Value::from)),
+                ("seed", p.seed.map(Value::from)),
+                ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
+            ],
+        );
         body
     }
 
@@ -159,5 +155,64 @@ impl Backend for VllmBackend {
 
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> VllmBackend {
+        VllmBackend::new("http://h:8000/v1", "m", None, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn reads_ids_logprobs_alternatives_and_stop_reason() {
+        let choice = json!({"index": 0, "finish_reason": "stop", "stop_reason": "###",
+            "token_ids": [5, 7],
+            "logprobs": {"token_logprobs": [-0.5, -0.25], "tokens": ["token_id:5", "token_id:7"],
+                "top_logprobs": [{"token_id:5": -0.5, "token_id:9": -1.5}, {"token_id:7": -0.25}]}});
+        let g = backend().parse_choice(&choice, true).unwrap();
+        assert_eq!(g.token_ids, vec![5, 7]);
+        assert_eq!(g.logprobs, vec![-0.5, -0.25]);
+        assert_eq!(g.top_logprobs.unwrap()[0], vec![(5, -0.5), (9, -1.5)]);
+        assert_eq!(g.stop, Some(StopMatch::Text("###".into())));
+        assert_eq!(g.finish_reason, FinishReason::Stop);
+    }
+
+    #[test]
+    fn servers_without_return_token_ids_are_read_from_token_keys() {
+        let choice = json!({"index": 0, "finish_reason": "length", "stop_reason": null,
+            "logprobs": {"token_logprobs": [-0.1], "tokens": ["token_id:42"], "top_logprobs": null}});
+        let g = backend().parse_choice(&choice, false).unwrap();
+        assert_eq!(g.token_ids, vec![42]);
+        assert_eq!(g.finish_reason, FinishReason::Length);
+        let broken =
+            json!({"logprobs": {"token_logprobs": [-0.1, -0.2], "tokens": ["token_id:1"]}});
+        assert!(backend().parse_choice(&broken, false).is_err());
+    }
+
+    #[test]
+    fn request_maps_sampling_fields() {
+        let request = GenerateRequest {
+            prompt: vec![1, 2],
+            params: crate::backend::SamplingParams {
+                max_tokens: Some(8),
+                top_k: Some(5),
+                stop: vec!["x".into()],
+                ..Default::default()
+            },
+            n: 2,
+        };
+        let body = backend().body(&request);
+        assert_eq!(body["prompt"], json!([1, 2]));
+        assert_eq!(body["max_tokens"], 8);
+        assert_eq!(body["top_k"], 5);
+        assert_eq!(body["stop"], json!(["x"]));
+        assert!(
+            body.get("temperature").is_none(),
+            "unset fields keep the server default"
+        );
+        assert_eq!(body["return_token_ids"], true);
     }
 }

@@ -10,12 +10,26 @@ pub const MAX_N: u32 = 128;
 /// Most alternatives per position (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
+/// Why `stream: true` is refused (streaming is not implemented yet).
+pub const NO_STREAMING: &str = "stream=true is not supported by this build; send stream=false";
+
 /// `stop` as a string or a list of strings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum StopField {
     One(String),
     Many(Vec<String>),
+}
+
+impl StopField {
+    /// The stop strings of an optional `stop` field.
+    pub fn list(field: Option<Self>) -> Vec<String> {
+        match field {
+            None => Vec::new(),
+            Some(Self::One(s)) => vec![s],
+            Some(Self::Many(list)) => list,
+        }
+    }
 }
 
 /// The JSON body as sent; unknown fields are ignored like OpenAI-compatible servers do.
@@ -85,9 +99,7 @@ impl ChatRequest {
             return Err(RequestError::EmptyMessages);
         }
         if body.stream == Some(true) {
-            return Err(RequestError::Invalid(
-                "stream=true is not supported by this build; send stream=false".into(),
-            ));
+            return Err(RequestError::Invalid(NO_STREAMING.into()));
         }
         let messages = body
             .messages
@@ -125,11 +137,7 @@ impl ChatRequest {
         };
         let tool_choice = parse_tool_choice(body.tool_choice.as_ref())?;
         let logprobs = body.logprobs.unwrap_or(false);
-        let stop = match body.stop {
-            None => Vec::new(),
-            Some(StopField::One(s)) => vec![s],
-            Some(StopField::Many(list)) => list,
-        };
+        let stop = StopField::list(body.stop);
         Ok(Self {
             messages,
             tools,

@@ -1,11 +1,11 @@
 //! `POST /{uuid}/v1/chat/completions` and its `/render` twin.
 
 use super::body::read_json;
-use super::response::{chat_logprobs, chat_message, sampled_choice, shape_choice};
+use super::response::{chat_logprobs, chat_message, envelope, sampled_choice, shape_choice};
 use super::{ApiError, AppState};
 use crate::backend::{BackendError, GenerateRequest};
 use crate::chat::{ChatCompletionBody, ChatRequest};
-use crate::session::{Session, now_seconds};
+use crate::session::Session;
 use crate::tools::parser_for;
 use crate::turn::{self, Base};
 use actix_web::{HttpResponse, web};
@@ -17,14 +17,9 @@ async fn parse(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ChatRequest), ApiError> {
-    let id = path.into_inner();
-    let session = state
-        .sessions
-        .get(&id)
-        .ok_or_else(|| ApiError::no_session(&id))?;
+    let session = state.session(&path.into_inner())?;
     let body: ChatCompletionBody = read_json(payload, state.max_body_bytes).await?;
     let request = ChatRequest::from_body(body, state.default_max_tokens)?;
-    session.touch();
     Ok((session, request))
 }
 
@@ -101,20 +96,15 @@ pub async fn completions(
         })
         .collect();
     let completion_tokens: usize = generations.iter().map(|g| g.token_ids.len()).sum();
-    let prompt_tokens = plan.prompt_ids.len();
-    let body = json!({
-        "id": format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
-        "object": "chat.completion",
-        "created": now_seconds() as u64,
-        "model": state.model_name,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-        "prompt_token_ids": plan.prompt_ids,
-    });
+    let mut body = envelope(
+        "chat.completion",
+        "chatcmpl",
+        &state.model_name,
+        choices,
+        plan.prompt_ids.len(),
+        completion_tokens,
+    );
+    body["prompt_token_ids"] = json!(plan.prompt_ids);
 
     let sampled = replies
         .iter()

@@ -4,11 +4,11 @@
 //! `completion`: the node's ids are reused and only the rest of the prompt is tokenized.
 
 use super::body::read_json;
-use super::response::{sampled_choice, visible_text};
+use super::response::{ChoiceReply, envelope, sampled_choice, visible_text};
 use super::{ApiError, AppState};
 use crate::backend::{GenerateRequest, SamplingParams};
-use crate::chat::request::{MAX_N, StopField};
-use crate::session::{SessionState, now_seconds};
+use crate::chat::request::{MAX_N, NO_STREAMING, StopField};
+use crate::session::SessionState;
 use crate::turn::segments::generation_check;
 use crate::turn::{self, Base, Plan};
 use actix_web::{HttpResponse, web};
@@ -44,16 +44,10 @@ pub async fn completions(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let session = state
-        .sessions
-        .get(&id)
-        .ok_or_else(|| ApiError::no_session(&id))?;
+    let session = state.session(&path.into_inner())?;
     let body: CompletionBody = read_json(payload, state.max_body_bytes).await?;
     if body.stream == Some(true) {
-        return Err(ApiError::bad_request(
-            "stream=true is not supported by this build; send stream=false",
-        ));
+        return Err(ApiError::bad_request(NO_STREAMING));
     }
     let n = body.n.unwrap_or(1);
     if n == 0 || n > MAX_N {
@@ -61,7 +55,6 @@ pub async fn completions(
             "'n' must be between 1 and {MAX_N}"
         )));
     }
-    session.touch();
     let tokenizer = &state.turn.tokenizer;
     let mut guard = session.state.lock().await;
     let mut plan = plan_for_prompt(&state, &guard, &body.prompt)?;
@@ -75,11 +68,7 @@ pub async fn completions(
             top_k: body.top_k,
             min_p: body.min_p,
             seed: body.seed,
-            stop: match body.stop {
-                None => Vec::new(),
-                Some(StopField::One(s)) => vec![s],
-                Some(StopField::Many(list)) => list,
-            },
+            stop: StopField::list(body.stop),
             top_logprobs: body.logprobs,
         },
         n,
@@ -108,7 +97,7 @@ pub async fn completions(
             "token_ids": generation.token_ids,
             "prompt_token_ids": plan.prompt_ids,
         }));
-        let reply = super::response::ChoiceReply {
+        let reply = ChoiceReply {
             content: Some(text.clone()),
             tool_calls: Vec::new(),
             finish_reason: generation.finish_reason.as_str(),
@@ -121,18 +110,14 @@ pub async fn completions(
     let prompt_tokens = plan.prompt_ids.len();
     turn::commit(&mut guard, &plan, sampled, session.options.track_tree);
     session.set_num_nodes(guard.nodes.len());
-    Ok(HttpResponse::Ok().json(json!({
-        "id": format!("cmpl-{}", uuid::Uuid::new_v4().simple()),
-        "object": "text_completion",
-        "created": now_seconds() as u64,
-        "model": state.model_name,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    })))
+    Ok(HttpResponse::Ok().json(envelope(
+        "text_completion",
+        "cmpl",
+        &state.model_name,
+        choices,
+        prompt_tokens,
+        completion_tokens,
+    )))
 }
 
 /// Extends the longest node whose ids (for an id prompt) or text (for a text prompt) the

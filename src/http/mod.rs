@@ -14,7 +14,7 @@ mod sessions;
 pub use error::ApiError;
 
 use crate::backend::BackendSet;
-use crate::session::SessionStore;
+use crate::session::{Session, SessionStore};
 use crate::turn::TurnContext;
 use actix_web::{App, HttpServer, web};
 use std::net::TcpListener;
@@ -31,6 +31,18 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+}
+
+impl AppState {
+    /// The session `id` (marked as used now), or a 404.
+    pub fn session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        let session = self
+            .sessions
+            .get(id)
+            .ok_or_else(|| ApiError::no_session(id))?;
+        session.touch();
+        Ok(session)
+    }
 }
 
 /// Registers every route on an actix app.

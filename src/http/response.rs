@@ -140,6 +140,29 @@ pub fn chat_logprobs(tokenizer: &Tokenizer, generation: &Generation) -> Value {
     json!({ "content": content })
 }
 
+/// The reply around `choices`: id, object, created, model and usage.
+pub fn envelope(
+    object: &str,
+    id_prefix: &str,
+    model: &str,
+    choices: Vec<Value>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+) -> Value {
+    json!({
+        "id": format!("{id_prefix}-{}", uuid::Uuid::new_v4().simple()),
+        "object": object,
+        "created": crate::session::now_seconds() as u64,
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    })
+}
+
 /// The `message` object of a chat choice.
 pub fn chat_message(reply: &ChoiceReply) -> Value {
     let mut message = json!({"role": "assistant", "content": reply.content});

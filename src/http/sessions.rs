@@ -89,12 +89,7 @@ pub async fn nodes(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let session = state
-        .sessions
-        .get(&id)
-        .ok_or_else(|| ApiError::no_session(&id))?;
-    session.touch();
+    let session = state.session(&path.into_inner())?;
     let guard = session.state.lock().await;
     let nodes: Vec<_> = guard
         .nodes
