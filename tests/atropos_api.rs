@@ -4,7 +4,7 @@
 mod common;
 
 use common::mock_worker::Sample;
-use common::{Proxy, assert_node_shape, chars};
+use common::{Proxy, assert_node_shape, assert_openai_error, chars};
 use serde_json::{Value, json};
 
 fn prompt(messages: &[Value], tools: Option<&Value>) -> String {
@@ -475,7 +475,5 @@ async fn delete_resets_nodes_and_errors_are_openai_shaped() {
     assert_eq!(proxy.get(&format!("/{uuid}/nodes")).await.0, 404);
     let (status, data) = proxy.get("/nonexistent-uuid/nodes").await;
     assert_eq!(status, 404);
-    for key in ["message", "type", "code"] {
-        assert!(data["error"].get(key).is_some(), "{key}");
-    }
+    assert_openai_error(&data);
 }

@@ -4,23 +4,17 @@
 mod common;
 
 use common::mock_worker::{Reply, Sample, Wire};
-use common::{Proxy, char_model_dir, chars, fixture_model};
-use serde_json::{Value, json};
-
-fn assert_openai_error(data: &Value) {
-    for key in ["message", "type", "code"] {
-        assert!(data["error"].get(key).is_some(), "missing {key}: {data}");
-    }
-}
+use common::{Proxy, assert_openai_error, char_model_dir, chars, fixture_model};
+use serde_json::json;
 
 #[tokio::test]
 async fn bad_requests_are_400_and_change_nothing() {
     let proxy = Proxy::atropos();
     let uuid = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(chars("ok")));
     proxy
-        .chat(
+        .turn(
             &uuid,
+            Sample::stop(chars("ok")),
             json!({"messages": [{"role": "user", "content": "hi"}]}),
         )
         .await;

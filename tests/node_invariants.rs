@@ -47,9 +47,12 @@ async fn sampled_tokens_are_never_retokenized() {
     messages.push(json!({"role": "assistant", "content": "Hello world"}));
     messages.push(json!({"role": "user", "content": "Again"}));
     proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("Hi<|im_end|>").unwrap()));
-    proxy.chat(&uuid, json!({"messages": messages})).await;
+        .turn(
+            &uuid,
+            Sample::stop(tok.encode("Hi<|im_end|>").unwrap()),
+            json!({"messages": messages}),
+        )
+        .await;
     let prompt = proxy.worker.last_prompt();
     assert!(
         contains(&prompt, &sampled),
@@ -139,21 +142,16 @@ async fn length_cut_turn_gets_closing_tokens_as_prompt() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Vllm);
     let uuid = proxy.session(json!({})).await;
     let cut = tok.encode("A very long ans").unwrap();
-    proxy.worker.push_sample(Sample::length(cut.clone()));
     let (_, data) = proxy
-        .chat(
+        .turn(
             &uuid,
+            Sample::length(cut.clone()),
             json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
         )
         .await;
     assert_eq!(data["choices"][0]["finish_reason"], "length");
     let content = data["choices"][0]["message"]["content"].clone();
-    proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "go on"}]}))
-        .await;
+    proxy.turn(&uuid, Sample::stop(tok.encode("ok<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}, {"role": "user", "content": "go on"}]})).await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1);
     let tokens = ids(&nodes[0]);
@@ -174,23 +172,16 @@ async fn stop_string_ids_stay_in_the_node() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Vllm);
     let uuid = proxy.session(json!({})).await;
     let sampled = tok.encode("Answer: 4\nObservation:").unwrap();
-    proxy
-        .worker
-        .push_sample(Sample::stop_string(sampled.clone(), "Observation:"));
     let (_, data) = proxy
-        .chat(
+        .turn(
             &uuid,
+            Sample::stop_string(sampled.clone(), "Observation:"),
             json!({"messages": [{"role": "user", "content": "2+2"}], "stop": ["Observation:"]}),
         )
         .await;
     assert_eq!(data["choices"][0]["message"]["content"], "Answer: 4\n");
     assert_eq!(proxy.worker.requests()[0]["stop"], json!(["Observation:"]));
-    proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "Answer: 4\n"}, {"role": "user", "content": "sure?"}]}))
-        .await;
+    proxy.turn(&uuid, Sample::stop(tok.encode("ok<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "Answer: 4\n"}, {"role": "user", "content": "sure?"}]})).await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1);
     assert!(contains(&ids(&nodes[0]), &sampled));
@@ -205,20 +196,13 @@ async fn qwen3_generation_prompt_rendered_differently_in_history() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
     let uuid = proxy.session(json!({})).await;
     let kwargs = json!({"enable_thinking": false});
-    proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("Paris.<|im_end|>").unwrap()));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "Capital of France?"}], "chat_template_kwargs": kwargs}))
-        .await;
+    proxy.turn(&uuid, Sample::stop(tok.encode("Paris.<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "Capital of France?"}], "chat_template_kwargs": kwargs})).await;
     let first_prompt = tok.decode(&proxy.worker.last_prompt());
     assert!(first_prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("Berlin.<|im_end|>").unwrap()));
-    proxy
-        .chat(
+        .turn(
             &uuid,
+            Sample::stop(tok.encode("Berlin.<|im_end|>").unwrap()),
             json!({"messages": [
             {"role": "user", "content": "Capital of France?"},
             {"role": "assistant", "content": "Paris."},
@@ -240,20 +224,15 @@ async fn qwen3_think_stripping_default_and_template_mode() {
         let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
         let uuid = proxy.session(json!({"history": mode})).await;
         let first = tok.encode("<think>\nhmm\n</think>\n\n4<|im_end|>").unwrap();
-        proxy.worker.push_sample(Sample::stop(first.clone()));
         let (_, data) = proxy
-            .chat(
+            .turn(
                 &uuid,
+                Sample::stop(first.clone()),
                 json!({"messages": [{"role": "user", "content": "2+2?"}]}),
             )
             .await;
         let content = data["choices"][0]["message"]["content"].clone();
-        proxy
-            .worker
-            .push_sample(Sample::stop(tok.encode("6<|im_end|>").unwrap()));
-        proxy
-            .chat(&uuid, json!({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": content}, {"role": "user", "content": "3+3?"}]}))
-            .await;
+        proxy.turn(&uuid, Sample::stop(tok.encode("6<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": content}, {"role": "user", "content": "3+3?"}]})).await;
         let nodes = proxy.nodes(&uuid).await;
         assert_eq!(nodes.len(), expected_nodes, "mode {mode}");
         let prompt = proxy.worker.last_prompt();
@@ -304,20 +283,22 @@ async fn tool_conversations_are_one_node_on_real_templates() {
         );
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
         messages.push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "found"}));
-        proxy.worker.push_sample(Sample::stop(
-            tok.encode(&format!("It is found.{end}")).unwrap(),
-        ));
         let (status, _) = proxy
-            .chat(&uuid, json!({"messages": messages, "tools": tools}))
+            .turn(
+                &uuid,
+                Sample::stop(tok.encode(&format!("It is found.{end}")).unwrap()),
+                json!({"messages": messages, "tools": tools}),
+            )
             .await;
         assert_eq!(status, 200);
         messages.push(json!({"role": "assistant", "content": "It is found."}));
         messages.push(json!({"role": "user", "content": "thanks"}));
         proxy
-            .worker
-            .push_sample(Sample::stop(tok.encode(&format!("Welcome.{end}")).unwrap()));
-        proxy
-            .chat(&uuid, json!({"messages": messages, "tools": tools}))
+            .turn(
+                &uuid,
+                Sample::stop(tok.encode(&format!("Welcome.{end}")).unwrap()),
+                json!({"messages": messages, "tools": tools}),
+            )
             .await;
         let prompt = proxy.worker.last_prompt();
         assert!(
@@ -344,20 +325,13 @@ async fn edited_history_starts_a_new_node() {
     let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
     let uuid = proxy.session(json!({})).await;
     proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
-    proxy
-        .chat(
+        .turn(
             &uuid,
+            Sample::stop(tok.encode("A<|im_end|>").unwrap()),
             json!({"messages": [{"role": "user", "content": "q1"}]}),
         )
         .await;
-    proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("B<|im_end|>").unwrap()));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "q1 EDITED"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "q2"}]}))
-        .await;
+    proxy.turn(&uuid, Sample::stop(tok.encode("B<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "q1 EDITED"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "q2"}]})).await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 2);
     let divergence = &nodes[1]["metadata"]["divergence"];
@@ -365,12 +339,7 @@ async fn edited_history_starts_a_new_node() {
     assert_eq!(divergence["from_node"], 0);
     assert_eq!(divergence["token_position"], 0);
     // An assistant message the proxy never produced is rendered as text, also a new node.
-    proxy
-        .worker
-        .push_sample(Sample::stop(tok.encode("C<|im_end|>").unwrap()));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "not what was said"}, {"role": "user", "content": "q2"}]}))
-        .await;
+    proxy.turn(&uuid, Sample::stop(tok.encode("C<|im_end|>").unwrap()), json!({"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "not what was said"}, {"role": "user", "content": "q2"}]})).await;
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 3);
     assert_eq!(
@@ -388,11 +357,9 @@ async fn n_choices_and_track_tree() {
         let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
         let uuid = proxy.session(json!({"track_tree": track_tree})).await;
         proxy
-            .worker
-            .push_sample(Sample::stop(tok.encode("A<|im_end|>").unwrap()));
-        proxy
-            .chat(
+            .turn(
                 &uuid,
+                Sample::stop(tok.encode("A<|im_end|>").unwrap()),
                 json!({"messages": [{"role": "user", "content": "q"}]}),
             )
             .await;

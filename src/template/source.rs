@@ -129,3 +129,89 @@ fn special_tokens(config: &serde_json::Value) -> BTreeMap<String, String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn folder(files: &[(&str, String)]) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("rp-template-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn render(template: &ChatTemplate) -> String {
+        template
+            .render(crate::template::RenderRequest {
+                messages: &json!([{"role": "user", "content": "x"}]),
+                tools: None,
+                add_generation_prompt: false,
+                kwargs: None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn model_folder_sources_in_transformers_order() {
+        let config =
+            json!({"chat_template": "config:{{ bos_token }}", "bos_token": {"content": "<s>"}})
+                .to_string();
+        let dir = folder(&[("tokenizer_config.json", config.clone())]);
+        assert_eq!(
+            render(&load_template(None, Some(&dir)).unwrap()),
+            "config:<s>"
+        );
+
+        let named = json!({"chat_template": [{"name": "tool_use", "template": "tools"}, {"name": "default", "template": "default"}]});
+        let dir = folder(&[("tokenizer_config.json", named.to_string())]);
+        assert_eq!(render(&load_template(None, Some(&dir)).unwrap()), "default");
+
+        let dir = folder(&[
+            ("tokenizer_config.json", config.clone()),
+            (
+                "chat_template.json",
+                json!({"chat_template": "json"}).to_string(),
+            ),
+        ]);
+        assert_eq!(render(&load_template(None, Some(&dir)).unwrap()), "json");
+
+        let dir = folder(&[
+            ("tokenizer_config.json", config),
+            (
+                "chat_template.json",
+                json!({"chat_template": "json"}).to_string(),
+            ),
+            ("chat_template.jinja", "jinja".to_string()),
+        ]);
+        assert_eq!(render(&load_template(None, Some(&dir)).unwrap()), "jinja");
+    }
+
+    #[test]
+    fn explicit_spec_wins_and_keeps_the_folders_special_tokens() {
+        let dir = folder(&[(
+            "tokenizer_config.json",
+            json!({"chat_template": "own", "eos_token": "<e>"}).to_string(),
+        )]);
+        let file = dir.join("custom.jinja");
+        std::fs::write(&file, "custom{{ eos_token }}").unwrap();
+        let spec = TemplateSpec::parse(file.to_str().unwrap());
+        assert_eq!(
+            render(&load_template(Some(&spec), Some(&dir)).unwrap()),
+            "custom<e>"
+        );
+        let bundled = load_template(Some(&TemplateSpec::parse("chatml")), None).unwrap();
+        assert_eq!(render(&bundled), "<|im_start|>user\nx<|im_end|>\n");
+        assert!(load_template(Some(&TemplateSpec::parse("/no/such.jinja")), None).is_err());
+        assert!(load_template(None, None).is_err());
+        let empty = folder(&[]);
+        assert!(matches!(
+            load_template(None, Some(&empty)),
+            Err(TemplateError::Load(_))
+        ));
+    }
+}

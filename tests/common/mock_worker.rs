@@ -55,12 +55,16 @@ pub enum Reply {
     Samples(Vec<Sample>),
     Error(u16, &'static str),
     SleepMs(u64),
+    /// Samples returned after a delay.
+    Delayed(u64, Vec<Sample>),
 }
 
 #[derive(Default)]
 struct Shared {
     script: VecDeque<Reply>,
     requests: Vec<Value>,
+    in_flight: usize,
+    max_in_flight: usize,
 }
 
 /// A running scripted upstream.
@@ -116,6 +120,11 @@ impl MockWorker {
         self.shared.lock().unwrap().requests.clone()
     }
 
+    /// The most requests that were in progress at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.lock().unwrap().max_in_flight
+    }
+
     /// The prompt ids of the last request.
     pub fn last_prompt(&self) -> Vec<u32> {
         let last = self.requests().pop().expect("a request was made");
@@ -144,8 +153,16 @@ async fn handle(
     let reply = {
         let mut shared = shared.lock().unwrap();
         shared.requests.push(body.0.clone());
+        shared.in_flight += 1;
+        shared.max_in_flight = shared.max_in_flight.max(shared.in_flight);
         shared.script.pop_front()
     };
+    let response = respond(reply, &body, *wire).await;
+    shared.lock().unwrap().in_flight -= 1;
+    response
+}
+
+async fn respond(reply: Option<Reply>, body: &Value, wire: Wire) -> HttpResponse {
     match reply {
         None => HttpResponse::InternalServerError()
             .json(json!({"error": {"message": "script exhausted", "code": 500}})),
@@ -157,10 +174,18 @@ async fn handle(
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             HttpResponse::InternalServerError().finish()
         }
-        Some(Reply::Samples(samples)) => match wire {
-            Wire::Sglang => sglang_reply(&body, &samples),
-            Wire::Vllm => vllm_reply(&body, &samples),
-        },
+        Some(Reply::Delayed(ms, samples)) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            samples_reply(body, &samples, wire)
+        }
+        Some(Reply::Samples(samples)) => samples_reply(body, &samples, wire),
+    }
+}
+
+fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
+    match wire {
+        Wire::Sglang => sglang_reply(body, samples),
+        Wire::Vllm => vllm_reply(body, samples),
     }
 }
 
@@ -183,6 +208,7 @@ fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
                     "weight_version": "default",
                     "input_token_logprobs": [],
                     "output_token_logprobs": s.ids.iter().zip(&s.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
+                    "output_top_logprobs": top_alternatives(s, body["top_logprobs_num"].as_u64().unwrap_or(0)),
                     "completion_tokens": s.ids.len(),
                     "cached_tokens": 0,
                 }
@@ -194,6 +220,23 @@ fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
     } else {
         HttpResponse::Ok().json(outputs)
     }
+}
+
+/// `k` alternatives per position: the sampled id, then id+1, id+2... each 1 nat less likely.
+fn top_alternatives(sample: &Sample, k: u64) -> Value {
+    if k == 0 {
+        return Value::Null;
+    }
+    sample
+        .ids
+        .iter()
+        .zip(&sample.logprobs)
+        .map(|(&id, &lp)| {
+            (0..k as u32)
+                .map(|j| json!([lp - j as f32, id + j, null]))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn vllm_reply(body: &Value, samples: &[Sample]) -> HttpResponse {

@@ -142,16 +142,7 @@ impl Proxy {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .unwrap();
-        (
-            resp.status().as_u16(),
-            resp.json().await.unwrap_or(Value::Null),
-        )
+        send(self.client.get(format!("{}{path}", self.url))).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -159,31 +150,16 @@ impl Proxy {
     }
 
     pub async fn post_raw(&self, path: &str, body: String) -> (u16, Value) {
-        let resp = self
+        let request = self
             .client
             .post(format!("{}{path}", self.url))
             .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        (
-            resp.status().as_u16(),
-            resp.json().await.unwrap_or(Value::Null),
-        )
+            .body(body);
+        send(request).await
     }
 
     pub async fn delete(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .client
-            .delete(format!("{}{path}", self.url))
-            .send()
-            .await
-            .unwrap();
-        (
-            resp.status().as_u16(),
-            resp.json().await.unwrap_or(Value::Null),
-        )
+        send(self.client.delete(format!("{}{path}", self.url))).await
     }
 
     /// Creates a session with `body` and returns its uuid.
@@ -198,6 +174,12 @@ impl Proxy {
             .await
     }
 
+    /// Scripts the upstream's next sample, then runs a chat turn.
+    pub async fn turn(&self, uuid: &str, sample: mock_worker::Sample, body: Value) -> (u16, Value) {
+        self.worker.push_sample(sample);
+        self.chat(uuid, body).await
+    }
+
     pub async fn render(&self, uuid: &str, body: Value) -> Value {
         let (status, data) = self
             .post(&format!("/{uuid}/v1/chat/completions/render"), body)
@@ -210,6 +192,22 @@ impl Proxy {
         let (status, data) = self.get(&format!("/{uuid}/nodes")).await;
         assert_eq!(status, 200, "{data}");
         data["nodes"].as_array().unwrap().clone()
+    }
+}
+
+/// Status and JSON body of a request (`null` when the body is not JSON).
+async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// An OpenAI-shaped error body: `{"error": {"message", "type", "code"}}`.
+pub fn assert_openai_error(data: &Value) {
+    for key in ["message", "type", "code"] {
+        assert!(data["error"].get(key).is_some(), "missing {key}: {data}");
     }
 }
 
