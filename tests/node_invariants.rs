@@ -382,3 +382,26 @@ async fn n_choices_and_track_tree() {
         }
     }
 }
+
+/// Tool calls the proxy never produced (few-shot examples written by the client) go through
+/// the template like transformers renders them: JSON-string arguments become mappings.
+#[tokio::test]
+async fn client_written_tool_calls_are_rendered_by_the_template() {
+    let tok = tokenizer("qwen3");
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    let messages = json!([
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "example_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"metric\": true}"}}]},
+        {"role": "tool", "tool_call_id": "example_1", "content": "20C"},
+        {"role": "user", "content": "and now?"}
+    ]);
+    let data = proxy.render(&uuid, json!({"messages": messages})).await;
+    let text = data["prompt_text"].as_str().unwrap();
+    assert!(
+        text.contains("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"metric\": true}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n20C\n</tool_response><|im_end|>"),
+        "{text}"
+    );
+    assert_eq!(data["token_ids"], json!(tok.encode(text).unwrap()));
+}
