@@ -41,14 +41,8 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
     loop {
         messages.push(json!({"role": "user", "content": format!("question {turn}: {filler}")}));
         let plan = prepare(ctx, &state, &request(&messages), HistoryMode::Sampled).unwrap();
-        let generation = Generation {
-            token_ids: answer.clone(),
-            logprobs: vec![-0.5; answer.len()],
-            top_logprobs: None,
-            finish_reason: FinishReason::Stop,
-            stop: None,
-            weight_version: None,
-        };
+        let generation =
+            Generation::new(answer.clone(), vec![-0.5; answer.len()], FinishReason::Stop);
         let choice = SampledChoice {
             generation,
             end_token_text: Some("<|im_end|>".into()),

@@ -1,15 +1,20 @@
 //! Start-up configuration: the Atropos-style config file merged with command-line flags.
 
-use crate::backend::{BackendConfig, BackendKind, BackendSet};
+use crate::backend::{
+    BackendConfig, BackendKind, LlamaCppBackend, Pool, PoolSettings, default_factory,
+};
 use crate::http::AppState;
 use crate::session::SessionStore;
-use crate::template::{TemplateSpec, load_template};
+use crate::template::{
+    ChatTemplate, TemplateError, TemplateSpec, load_template, template_with_source,
+};
 use crate::tokenizer::Tokenizer;
 use crate::turn::TurnContext;
 use crate::turn::segments::Placeholders;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The config file (`--config servers.json`), in the Atropos `ServerManager` shape.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -21,6 +26,9 @@ pub struct ConfigFile {
     #[serde(default)]
     pub servers: Vec<BackendConfig>,
     pub default_max_tokens: Option<u32>,
+    /// Routing, health, retry and queue settings.
+    #[serde(default)]
+    pub pool: PoolSettings,
 }
 
 /// Everything needed to build the application state.
@@ -67,18 +75,13 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 impl Settings {
     /// Loads the tokenizer and template and assembles the shared state.
-    pub fn build(self) -> Result<AppState, ConfigError> {
+    pub async fn build(self) -> Result<AppState, ConfigError> {
         let tokenizer_dir = self
             .tokenizer
             .or_else(|| self.config.tokenizer_name.as_ref().map(PathBuf::from))
             .ok_or(ConfigError::NoTokenizer)?;
-        let tokenizer = Tokenizer::from_path(&tokenizer_dir)?;
+        let tokenizer = Arc::new(Tokenizer::from_path(&tokenizer_dir)?);
         let model_dir = tokenizer_dir.is_dir().then_some(tokenizer_dir.as_path());
-        let spec = self
-            .chat_template
-            .or(self.config.chat_template.clone())
-            .map(|s| TemplateSpec::parse(&s));
-        let template = load_template(spec.as_ref(), model_dir)?;
         let model_name = self
             .model_name
             .or(self.config.model_name.clone())
@@ -89,26 +92,38 @@ impl Settings {
                     .unwrap_or_else(|| "model".into())
             });
         let mut servers = self.config.servers.clone();
-        servers.extend(self.backends.iter().map(|url| BackendConfig {
-            base_url: url.clone(),
-            server_type: self.backend_kind.unwrap_or(BackendKind::Vllm),
-            api_key: None,
-            num_max_requests_at_once: 512,
-            timeout: 1200.0,
-            model_name: None,
-        }));
+        let kind = self.backend_kind.unwrap_or(BackendKind::Vllm);
+        servers.extend(
+            self.backends
+                .iter()
+                .map(|url| BackendConfig::new(url, kind)),
+        );
+        let spec = self
+            .chat_template
+            .or(self.config.chat_template.clone())
+            .map(|s| TemplateSpec::parse(&s));
+        let template = match load_template(spec.as_ref(), model_dir) {
+            // No template anywhere local: a llama-server knows its model's.
+            Err(TemplateError::Load(reason)) if spec.is_none() => {
+                llama_server_template(&servers, model_dir)
+                    .await?
+                    .ok_or(TemplateError::Load(reason))?
+            }
+            other => other?,
+        };
         tracing::info!(
             model = %model_name,
             template = template.name(),
             servers = servers.len(),
             "configuration loaded"
         );
+        let factory = default_factory(&model_name, tokenizer.clone());
         Ok(AppState {
-            backends: BackendSet::new(&model_name, servers),
+            backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
             model_name,
             turn: TurnContext {
                 template: Arc::new(template),
-                tokenizer: Arc::new(tokenizer),
+                tokenizer,
                 placeholders: Placeholders::new(),
             },
             sessions: SessionStore::default(),
@@ -119,4 +134,31 @@ impl Settings {
             max_body_bytes: self.max_body_bytes,
         })
     }
+}
+
+/// The chat template of the first llama-server backend that reports one (`GET /props`).
+async fn llama_server_template(
+    servers: &[BackendConfig],
+    model_dir: Option<&Path>,
+) -> Result<Option<ChatTemplate>, ConfigError> {
+    for server in servers
+        .iter()
+        .filter(|s| s.server_type == BackendKind::Llamacpp)
+    {
+        let client = LlamaCppBackend::new(
+            &server.base_url,
+            server.api_key.clone(),
+            Duration::from_secs(10),
+        );
+        match client.chat_template().await {
+            Ok(Some(source)) => {
+                let name = format!("{} /props", server.base_url);
+                tracing::info!(server = %server.base_url, "using the llama-server's chat template");
+                return Ok(Some(template_with_source(&name, source, model_dir)?));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the llama-server's chat template"),
+        }
+    }
+    Ok(None)
 }

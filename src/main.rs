@@ -55,11 +55,8 @@ struct ServeArgs {
 }
 
 fn parse_kind(value: &str) -> Result<BackendKind, String> {
-    match value {
-        "vllm" => Ok(BackendKind::Vllm),
-        "sglang" => Ok(BackendKind::Sglang),
-        other => Err(format!("unknown backend type '{other}' (vllm or sglang)")),
-    }
+    BackendKind::parse(value)
+        .ok_or_else(|| format!("unknown backend type '{value}' (vllm, sglang, llamacpp or openai)"))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -73,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => ConfigFile::read(path)?,
         None => ConfigFile::default(),
     };
-    let state = Settings {
+    let settings = Settings {
         config,
         tokenizer: args.tokenizer,
         chat_template: args.chat_template,
@@ -82,11 +79,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model_name: args.model_name,
         default_max_tokens: args.default_max_tokens,
         max_body_bytes: args.max_body_mib * 1024 * 1024,
-    }
-    .build()?;
+    };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
-    tracing::info!(address = %listener.local_addr()?, "listening");
-    actix_web::rt::System::new()
-        .block_on(async move { rollout_proxy::http::serve(Arc::new(state), listener)?.await })?;
+    actix_web::rt::System::new().block_on(async move {
+        let state = settings.build().await?;
+        tracing::info!(address = %listener.local_addr()?, "listening");
+        rollout_proxy::http::serve(Arc::new(state), listener)?.await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
     Ok(())
 }

@@ -97,13 +97,14 @@ async fn backend_failures_map_to_gateway_errors_and_keep_the_session() {
     assert_eq!(proxy.chat(&uuid, ok.clone()).await.0, 200);
     let before = proxy.nodes(&uuid).await;
     let next = json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}, {"role": "user", "content": "more"}]});
-    for (reply, expected) in [
-        (Reply::Error(500, "boom"), 502),
-        (Reply::Error(503, "overloaded"), 503),
-        (Reply::Error(400, "prompt too long"), 400),
-        (Reply::SleepMs(1500), 504),
+    // 503 is retried (twice by default) before it reaches the client; the others are not.
+    for (replies, expected) in [
+        (vec![Reply::Error(500, "boom")], 502),
+        (vec![Reply::Error(503, "overloaded"); 3], 503),
+        (vec![Reply::Error(400, "prompt too long")], 400),
+        (vec![Reply::SleepMs(1500)], 504),
     ] {
-        proxy.worker.push(reply);
+        replies.into_iter().for_each(|r| proxy.worker.push(r));
         let (status, data) = proxy.chat(&uuid, next.clone()).await;
         assert_eq!(status, expected, "{data}");
         assert_openai_error(&data);
@@ -112,6 +113,8 @@ async fn backend_failures_map_to_gateway_errors_and_keep_the_session() {
             before,
             "a failed turn changes nothing"
         );
+        // Four failures in a row open the backend's circuit; health probes close it again.
+        proxy.wait_until_healthy().await;
     }
     // Unreachable backend → 502.
     proxy

@@ -25,4 +25,12 @@ pub enum BackendError {
     /// No backend is configured or available.
     #[error("no backend available: {0}")]
     NoBackend(String),
+    /// Every backend is at its limit and the wait queue is full.
+    #[error(
+        "all backends are at their request limit and {queued} requests already wait (limit {limit}); retry later"
+    )]
+    Saturated { queued: usize, limit: usize },
+    /// Every backend stayed at its limit for the whole queue timeout.
+    #[error("no backend had a free slot within {waited:?}; retry later")]
+    Busy { waited: Duration },
 }

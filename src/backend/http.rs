@@ -59,6 +59,62 @@ impl JsonClient {
         serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
     }
 
+    /// POSTs `body` and returns the reply's byte stream (after checking its status).
+    pub async fn post_stream<B: Serialize>(
+        &self,
+        root: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<impl futures::Stream<Item = Result<bytes::Bytes, String>> + use<B>, BackendError>
+    {
+        let mut request = self
+            .client
+            .post(format!("{root}{path}"))
+            .timeout(self.timeout)
+            .json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = response.bytes().await.unwrap_or_default();
+            return Err(BackendError::Status {
+                url: self.base_url.clone(),
+                status: status.as_u16(),
+                message: error_message(&bytes),
+            });
+        }
+        Ok(futures::StreamExt::map(response.bytes_stream(), |chunk| {
+            chunk.map_err(|e| e.to_string())
+        }))
+    }
+
+    /// GETs `{root}{path}` and parses the JSON reply.
+    pub async fn get_json(&self, root: &str, path: &str) -> Result<Value, BackendError> {
+        let mut request = self
+            .client
+            .get(format!("{root}{path}"))
+            .timeout(self.timeout);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        if !status.is_success() {
+            return Err(BackendError::Status {
+                url: self.base_url.clone(),
+                status: status.as_u16(),
+                message: error_message(&bytes),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
+    }
+
     /// GETs `{root}{path}` and succeeds on any 2xx status.
     pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
         let mut request = self
@@ -135,4 +191,61 @@ pub(crate) fn set_present<'k>(
 pub(crate) fn server_root(base_url: &str) -> String {
     let trimmed = base_url.trim_end_matches('/');
     trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string()
+}
+
+/// The JSON payloads of a server-sent-events stream (`data: {...}` lines; `[DONE]` ends it).
+pub(crate) fn sse_events(
+    bytes: impl futures::Stream<Item = Result<bytes::Bytes, String>>,
+) -> impl futures::Stream<Item = Result<Value, String>> {
+    use futures::StreamExt;
+    let mut buffer = Vec::<u8>::new();
+    bytes
+        .map(move |chunk| {
+            let chunk = chunk?;
+            buffer.extend_from_slice(&chunk);
+            let mut events = Vec::new();
+            while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line);
+                let Some(data) = line.trim_end().strip_prefix("data:") else {
+                    continue;
+                };
+                let data = data.trim();
+                if data == "[DONE]" || data.is_empty() {
+                    continue;
+                }
+                events.push(
+                    serde_json::from_str(data).map_err(|e| format!("bad event {data:?}: {e}")),
+                );
+            }
+            Ok::<_, String>(futures::stream::iter(events))
+        })
+        .flat_map(|batch| match batch {
+            Ok(events) => events.left_stream(),
+            Err(e) => futures::stream::iter(vec![Err(e)]).right_stream(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn sse_events_survive_arbitrary_chunking() {
+        let text = "data: {\"a\": 1}\n\n: keep-alive\n\ndata: {\"b\": [2]}\n\ndata: [DONE]\n\n";
+        let chunks: Vec<Result<bytes::Bytes, String>> = text
+            .as_bytes()
+            .chunks(3)
+            .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+            .collect();
+        let events: Vec<Value> = sse_events(futures::stream::iter(chunks))
+            .map(|e| e.unwrap())
+            .collect()
+            .await;
+        assert_eq!(
+            events,
+            vec![serde_json::json!({"a": 1}), serde_json::json!({"b": [2]})]
+        );
+    }
 }

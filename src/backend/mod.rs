@@ -1,19 +1,30 @@
 //! Inference backends: token ids in, sampled token ids + logprobs out.
 //!
-//! Every backend (vLLM, SGLang, and later llama.cpp or the embedded engine) implements
-//! [`Backend`]. The proxy never sends text: the prompt is the exact id sequence of the node
-//! being extended, so what the model sees is what the trainer gets.
+//! Every backend (vLLM, SGLang, llama.cpp, and later the embedded engine) implements
+//! [`Backend`]. The proxy sends token ids: the prompt is the exact id sequence of the node
+//! being extended, so what the model sees is what the trainer gets. (The OpenAI text backend
+//! is the one exception, and marks its turns approximate.) [`pool`] routes requests to them.
 
+mod config;
 mod error;
 mod http;
-pub mod set;
+mod llamacpp;
+mod openai;
+pub mod pool;
 mod sglang;
 mod vllm;
 
+pub use config::{BackendConfig, BackendKind, PoolSettings};
 pub use error::BackendError;
-pub use set::{BackendConfig, BackendKind, BackendSet};
+pub use llamacpp::LlamaCppBackend;
+pub use openai::OpenAiTextBackend;
+pub use pool::{ClientFactory, Pool, Route};
 pub use sglang::SglangBackend;
 pub use vllm::VllmBackend;
+
+use crate::tokenizer::Tokenizer;
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -84,8 +95,28 @@ pub struct Generation {
     pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
     pub finish_reason: FinishReason,
     pub stop: Option<StopMatch>,
-    /// Policy/weight version the backend reports (SGLang `weight_version`).
+    /// Policy/weight version the backend reports (SGLang `weight_version`, vLLM's when set).
     pub weight_version: Option<String>,
+    /// Prompt tokens the backend served from its prefix cache, when it says.
+    pub cached_tokens: Option<u32>,
+    /// The ids were not returned by the backend but re-tokenized from its text.
+    pub approximate: bool,
+}
+
+impl Generation {
+    /// A sample with ids and logprobs and nothing else reported.
+    pub fn new(token_ids: Vec<u32>, logprobs: Vec<f32>, finish_reason: FinishReason) -> Self {
+        Self {
+            token_ids,
+            logprobs,
+            top_logprobs: None,
+            finish_reason,
+            stop: None,
+            weight_version: None,
+            cached_tokens: None,
+            approximate: false,
+        }
+    }
 }
 
 /// A client for one inference server.
@@ -97,4 +128,27 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError>;
     /// Checks that the server answers its health endpoint.
     async fn health(&self) -> Result<(), BackendError>;
+}
+
+/// The standard clients: one per [`BackendKind`].
+pub fn default_factory(model_name: &str, tokenizer: Arc<Tokenizer>) -> ClientFactory {
+    let model_name = model_name.to_string();
+    Box::new(move |config: &BackendConfig| -> Box<dyn Backend> {
+        let timeout = Duration::from_secs_f64(config.timeout.max(0.001));
+        let model = config.model_name.as_deref().unwrap_or(&model_name);
+        let key = config.api_key.clone();
+        let url = config.base_url.as_str();
+        match config.server_type {
+            BackendKind::Vllm => Box::new(VllmBackend::new(url, model, key, timeout)),
+            BackendKind::Sglang => Box::new(SglangBackend::new(url, key, timeout)),
+            BackendKind::Llamacpp => Box::new(LlamaCppBackend::new(url, key, timeout)),
+            BackendKind::Openai => Box::new(OpenAiTextBackend::new(
+                url,
+                model,
+                key,
+                timeout,
+                tokenizer.clone(),
+            )),
+        }
+    })
 }

@@ -111,14 +111,12 @@ impl SglangBackend {
                 })
                 .unwrap_or_default()
         });
-        Ok(Generation {
-            token_ids,
-            logprobs,
-            top_logprobs,
-            finish_reason,
-            stop,
-            weight_version: meta["weight_version"].as_str().map(str::to_string),
-        })
+        let mut generation = Generation::new(token_ids, logprobs, finish_reason);
+        generation.top_logprobs = top_logprobs;
+        generation.stop = stop;
+        generation.weight_version = meta["weight_version"].as_str().map(str::to_string);
+        generation.cached_tokens = meta["cached_tokens"].as_u64().map(|n| n as u32);
+        Ok(generation)
     }
 }
 

@@ -1,17 +1,30 @@
-//! vLLM through `POST /v1/completions` with a token-id prompt and `return_token_ids`.
+//! vLLM: the tokens-in `POST /inference/v1/generate` when the server has it (probed once via
+//! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
 use super::http::{JsonClient, server_root, set_present};
 use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
+use tokio::sync::OnceCell;
 
-/// A vLLM OpenAI-compatible server.
+const GENERATE_PATH: &str = "/inference/v1/generate";
+const COMPLETIONS_PATH: &str = "/v1/completions";
+
+/// Which vLLM endpoint a server offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Generate,
+    Completions,
+}
+
+/// A vLLM server.
 #[derive(Debug)]
 pub struct VllmBackend {
     http: JsonClient,
     root: String,
     model: String,
+    endpoint: OnceCell<Endpoint>,
 }
 
 impl VllmBackend {
@@ -20,22 +33,32 @@ impl VllmBackend {
             http: JsonClient::new(base_url, api_key, timeout),
             root: server_root(base_url),
             model: model.to_string(),
+            endpoint: OnceCell::new(),
         }
     }
 
-    fn body(&self, request: &GenerateRequest) -> Value {
+    /// The endpoint to use; the probe's answer is kept, a failed probe is tried again later.
+    async fn endpoint(&self) -> Endpoint {
+        let probe = self
+            .endpoint
+            .get_or_try_init(|| async {
+                match self.http.get_json(&self.root, "/openapi.json").await {
+                    Ok(spec) if spec["paths"].get(GENERATE_PATH).is_some() => {
+                        Ok(Endpoint::Generate)
+                    }
+                    Ok(_) | Err(BackendError::Status { .. }) => Ok(Endpoint::Completions),
+                    Err(error) => Err(error),
+                }
+            })
+            .await;
+        probe.copied().unwrap_or(Endpoint::Completions)
+    }
+
+    /// Sampling fields shared by both endpoints (vLLM's `SamplingParams` names).
+    fn sampling(request: &GenerateRequest, target: &mut Value) {
         let p = &request.params;
-        let mut body = json!({
-            "model": self.model,
-            "prompt": request.prompt,
-            "n": request.n,
-            "logprobs": p.top_logprobs.unwrap_or(0),
-            "return_tokens_as_token_ids": true,
-            "return_token_ids": true,
-            "skip_special_tokens": false,
-        });
         set_present(
-            &mut body,
+            target,
             [
                 ("max_tokens", p.max_tokens.map(Value::from)),
                 ("temperature", p.temperature.map(Value::from)),
@@ -46,9 +69,33 @@ impl VllmBackend {
                 ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
             ],
         );
+    }
+
+    fn completions_body(&self, request: &GenerateRequest) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "prompt": request.prompt,
+            "n": request.n,
+            "logprobs": request.params.top_logprobs.unwrap_or(0),
+            "return_tokens_as_token_ids": true,
+            "return_token_ids": true,
+            "skip_special_tokens": false,
+        });
+        Self::sampling(request, &mut body);
         body
     }
 
+    fn generate_body(request: &GenerateRequest) -> Value {
+        let mut sampling = json!({
+            "n": request.n,
+            "logprobs": request.params.top_logprobs.unwrap_or(0),
+            "skip_special_tokens": false,
+        });
+        Self::sampling(request, &mut sampling);
+        json!({"token_ids": request.prompt, "sampling_params": sampling, "stream": false})
+    }
+
+    /// A `/v1/completions` choice (legacy logprobs: parallel arrays, `token_id:N` keys).
     fn parse_choice(&self, choice: &Value, want_top: bool) -> Result<Generation, BackendError> {
         let logprobs = &choice["logprobs"];
         let token_ids: Vec<u32> = match choice.get("token_ids").filter(|v| !v.is_null()) {
@@ -72,56 +119,88 @@ impl VllmBackend {
             .iter()
             .map(|v| v.as_f64().unwrap_or(-9999.0) as f32)
             .collect();
-        if values.len() != token_ids.len() {
+        let top_logprobs = want_top.then(|| {
+            logprobs["top_logprobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|entry| {
+                    entry
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|(k, v)| Some((parse_token_key(k)?, v.as_f64()? as f32)))
+                        .collect()
+                })
+                .collect()
+        });
+        self.finish(choice, token_ids, values, top_logprobs)
+    }
+
+    /// A `/inference/v1/generate` choice (chat-style logprobs `content` list).
+    fn parse_generate_choice(
+        &self,
+        choice: &Value,
+        want_top: bool,
+    ) -> Result<Generation, BackendError> {
+        let token_ids: Vec<u32> = serde_json::from_value(choice["token_ids"].clone())
+            .map_err(|e| self.http.protocol(format!("token_ids: {e}")))?;
+        let content = choice["logprobs"]["content"]
+            .as_array()
+            .ok_or_else(|| self.http.protocol("choice has no logprobs.content"))?;
+        let values = content
+            .iter()
+            .map(|c| c["logprob"].as_f64().unwrap_or(-9999.0) as f32)
+            .collect();
+        let top_logprobs = want_top.then(|| {
+            content
+                .iter()
+                .map(|c| {
+                    c["top_logprobs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|t| {
+                            Some((
+                                parse_token_key(t["token"].as_str()?)?,
+                                t["logprob"].as_f64()? as f32,
+                            ))
+                        })
+                        .collect()
+                })
+                .collect()
+        });
+        self.finish(choice, token_ids, values, top_logprobs)
+    }
+
+    fn finish(
+        &self,
+        choice: &Value,
+        token_ids: Vec<u32>,
+        logprobs: Vec<f32>,
+        top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+    ) -> Result<Generation, BackendError> {
+        if logprobs.len() != token_ids.len() {
             return Err(self.http.protocol(format!(
                 "{} token ids but {} logprobs",
                 token_ids.len(),
-                values.len()
+                logprobs.len()
             )));
         }
-        let top_logprobs = if want_top {
-            let entries = logprobs["top_logprobs"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            Some(
-                entries
-                    .iter()
-                    .map(|entry| {
-                        entry
-                            .as_object()
-                            .map(|map| {
-                                map.iter()
-                                    .filter_map(|(k, v)| {
-                                        Some((parse_token_key(k)?, v.as_f64()? as f32))
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default()
-                    })
-                    .collect(),
-            )
-        } else {
-            None
-        };
         let finish_reason = match choice["finish_reason"].as_str() {
             Some("length") => FinishReason::Length,
             Some("abort") => FinishReason::Abort,
             _ => FinishReason::Stop,
         };
-        let stop = match &choice["stop_reason"] {
+        let mut generation = Generation::new(token_ids, logprobs, finish_reason);
+        generation.top_logprobs = top_logprobs;
+        generation.stop = match &choice["stop_reason"] {
             Value::String(s) => Some(StopMatch::Text(s.clone())),
             Value::Number(n) => n.as_u64().map(|id| StopMatch::Token(id as u32)),
             _ => None,
         };
-        Ok(Generation {
-            token_ids,
-            logprobs: values,
-            top_logprobs,
-            finish_reason,
-            stop,
-            weight_version: None,
-        })
+        generation.weight_version = choice["weight_version"].as_str().map(str::to_string);
+        Ok(generation)
     }
 }
 
@@ -137,19 +216,46 @@ impl Backend for VllmBackend {
     }
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
-        let reply = self
-            .http
-            .post(&self.root, "/v1/completions", &self.body(request))
-            .await?;
+        let endpoint = self.endpoint().await;
+        let reply = match endpoint {
+            Endpoint::Generate => {
+                self.http
+                    .post(&self.root, GENERATE_PATH, &Self::generate_body(request))
+                    .await?
+            }
+            Endpoint::Completions => {
+                self.http
+                    .post(
+                        &self.root,
+                        COMPLETIONS_PATH,
+                        &self.completions_body(request),
+                    )
+                    .await?
+            }
+        };
         let mut choices = reply["choices"]
             .as_array()
             .ok_or_else(|| self.http.protocol("reply has no choices"))?
             .clone();
         choices.sort_by_key(|c| c["index"].as_u64().unwrap_or(0));
         let want_top = request.params.top_logprobs.is_some();
+        let version = reply["weight_version"].as_str();
         choices
             .iter()
-            .map(|c| self.parse_choice(c, want_top))
+            .map(|c| {
+                let mut generation = match endpoint {
+                    Endpoint::Generate => self.parse_generate_choice(c, want_top),
+                    Endpoint::Completions => self.parse_choice(c, want_top),
+                }?;
+                if generation.weight_version.is_none() {
+                    generation.weight_version = version.map(str::to_string);
+                }
+                generation.cached_tokens = reply
+                    .pointer("/usage/prompt_tokens_details/cached_tokens")
+                    .and_then(Value::as_u64)
+                    .map(|n| n as u32);
+                Ok(generation)
+            })
             .collect()
     }
 
@@ -204,7 +310,7 @@ mod tests {
             },
             n: 2,
         };
-        let body = backend().body(&request);
+        let body = backend().completions_body(&request);
         assert_eq!(body["prompt"], json!([1, 2]));
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["top_k"], 5);
@@ -214,5 +320,23 @@ mod tests {
             "unset fields keep the server default"
         );
         assert_eq!(body["return_token_ids"], true);
+        let generate = VllmBackend::generate_body(&request);
+        assert_eq!(generate["token_ids"], json!([1, 2]));
+        assert_eq!(generate["sampling_params"]["max_tokens"], 8);
+        assert_eq!(generate["sampling_params"]["n"], 2);
+    }
+
+    #[test]
+    fn reads_generate_endpoint_choices() {
+        let choice = json!({"index": 0, "finish_reason": "length", "token_ids": [12095, 151645],
+            "logprobs": {"content": [
+                {"token": "token_id:12095", "logprob": -0.12, "bytes": null,
+                 "top_logprobs": [{"token": "token_id:12095", "logprob": -0.12, "bytes": null}]},
+                {"token": "token_id:151645", "logprob": -0.01, "bytes": null, "top_logprobs": []}]}});
+        let g = backend().parse_generate_choice(&choice, true).unwrap();
+        assert_eq!(g.token_ids, vec![12095, 151645]);
+        assert_eq!(g.logprobs, vec![-0.12, -0.01]);
+        assert_eq!(g.finish_reason, FinishReason::Length);
+        assert_eq!(g.top_logprobs.unwrap()[0], vec![(12095, -0.12)]);
     }
 }

@@ -26,13 +26,7 @@ pub async fn models(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub async fn servers(state: web::Data<AppState>) -> HttpResponse {
-    let servers: Vec<_> = state
-        .backends
-        .members()
-        .iter()
-        .map(|m| m.status())
-        .collect();
-    HttpResponse::Ok().json(json!({ "servers": servers }))
+    HttpResponse::Ok().json(state.backends.status())
 }
 
 /// `POST /setup`: the same JSON as the config file (`servers` is what is used).

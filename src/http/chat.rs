@@ -3,7 +3,7 @@
 use super::body::read_json;
 use super::response::{chat_logprobs, chat_message, envelope, sampled_choice, shape_choice};
 use super::{ApiError, AppState};
-use crate::backend::{BackendError, GenerateRequest};
+use crate::backend::GenerateRequest;
 use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::session::Session;
 use crate::tools::parser_for;
@@ -56,21 +56,14 @@ pub async fn completions(
     // Held for the whole turn: requests on one session are serialised.
     let mut guard = session.state.lock().await;
     let mut plan = turn::prepare(&state.turn, &guard, &request, session.options.history)?;
-    let backend = state.backends.pick(session.options.base_url.as_deref())?;
     let generate = GenerateRequest {
         prompt: std::mem::take(&mut plan.prompt_ids),
         params: request.params.clone(),
         n: request.n,
     };
-    let generations = backend.generate(&generate).await?;
+    let sampled = super::sample(&state, &session, &generate).await?;
     plan.prompt_ids = generate.prompt;
-    if generations.len() != request.n as usize {
-        return Err(BackendError::Protocol {
-            url: backend.config.base_url.clone(),
-            reason: format!("asked for {} samples, got {}", request.n, generations.len()),
-        }
-        .into());
-    }
+    let generations = sampled.generations;
 
     let tokenizer = &state.turn.tokenizer;
     let replies: Vec<_> = generations
@@ -109,7 +102,8 @@ pub async fn completions(
     let sampled = replies
         .iter()
         .zip(generations)
-        .map(|(reply, generation)| sampled_choice(reply, generation, &backend.config.base_url))
+        .zip(&sampled.backends)
+        .map(|((reply, generation), backend)| sampled_choice(reply, generation, backend))
         .collect();
     turn::commit(&mut guard, &plan, sampled, session.options.track_tree);
     session.set_num_nodes(guard.nodes.len());

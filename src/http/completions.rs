@@ -58,7 +58,6 @@ pub async fn completions(
     let tokenizer = &state.turn.tokenizer;
     let mut guard = session.state.lock().await;
     let mut plan = plan_for_prompt(&state, &guard, &body.prompt)?;
-    let backend = state.backends.pick(session.options.base_url.as_deref())?;
     let generate = GenerateRequest {
         prompt: std::mem::take(&mut plan.prompt_ids),
         params: SamplingParams {
@@ -73,12 +72,18 @@ pub async fn completions(
         },
         n,
     };
-    let generations = backend.generate(&generate).await?;
+    let sampled_by = super::sample(&state, &session, &generate).await?;
     plan.prompt_ids = generate.prompt;
 
-    let mut choices = Vec::with_capacity(generations.len());
-    let mut sampled = Vec::with_capacity(generations.len());
-    for (index, generation) in generations.into_iter().enumerate() {
+    let mut choices = Vec::with_capacity(n as usize);
+    let mut sampled = Vec::with_capacity(n as usize);
+    let backends = sampled_by.backends;
+    for (index, (generation, backend)) in sampled_by
+        .generations
+        .into_iter()
+        .zip(&backends)
+        .enumerate()
+    {
         let (text, end_token_text) = visible_text(tokenizer, &generation);
         let logprobs = body.logprobs.map(|_| {
             json!({
@@ -104,7 +109,7 @@ pub async fn completions(
             text,
             end_token_text,
         };
-        sampled.push(sampled_choice(&reply, generation, &backend.config.base_url));
+        sampled.push(sampled_choice(&reply, generation, backend));
     }
     let completion_tokens: usize = sampled.iter().map(|s| s.generation.token_ids.len()).sum();
     let prompt_tokens = plan.prompt_ids.len();

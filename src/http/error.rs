@@ -108,11 +108,14 @@ impl From<BackendError> for ApiError {
             BackendError::Timeout { .. } => {
                 Self::new(StatusCode::GATEWAY_TIMEOUT, "timeout_error", message)
             }
-            BackendError::NoBackend(_) => Self::new(
+            BackendError::NoBackend(_) | BackendError::Busy { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable_error",
                 message,
             ),
+            BackendError::Saturated { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+            }
             BackendError::Status { status: 503, .. } | BackendError::Aborted { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable_error",

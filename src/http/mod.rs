@@ -13,7 +13,7 @@ mod sessions;
 
 pub use error::ApiError;
 
-use crate::backend::BackendSet;
+use crate::backend::{GenerateRequest, Pool, Route, pool::Sampled};
 use crate::session::{Session, SessionStore};
 use crate::turn::TurnContext;
 use actix_web::{App, HttpServer, web};
@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub struct AppState {
     pub model_name: String,
     pub turn: TurnContext,
-    pub backends: BackendSet,
+    pub backends: Arc<Pool>,
     pub sessions: SessionStore,
     /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,
@@ -43,6 +43,26 @@ impl AppState {
         session.touch();
         Ok(session)
     }
+}
+
+/// Runs a generation for `session` through the pool: on its pinned backend, else preferring
+/// the one its previous turn ran on; records the affinity figure.
+async fn sample(
+    state: &AppState,
+    session: &Session,
+    request: &GenerateRequest,
+) -> Result<Sampled, ApiError> {
+    let previous = session.backend();
+    let route = match &session.options.base_url {
+        Some(url) => Route::Pinned(url),
+        None => Route::Prefer(previous.as_deref()),
+    };
+    let sampled = state.backends.generate(request, route).await?;
+    if let Some(used) = sampled.backends.first() {
+        state.backends.record_affinity(previous.as_deref(), used);
+        session.set_backend(used.clone());
+    }
+    Ok(sampled)
 }
 
 /// Registers every route on an actix app.
@@ -77,6 +97,7 @@ pub fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
 ) -> std::io::Result<actix_web::dev::Server> {
+    actix_web::rt::spawn(state.backends.clone().run_health_checks());
     let data = web::Data::from(state);
     let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
         .listen(listener)?

@@ -32,11 +32,14 @@ pub async fn create(
             PARSER_NAMES.join(", ")
         )));
     }
-    if let Some(url) = &body.base_url {
-        state
-            .backends
-            .pick(Some(url))
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(url) = body
+        .base_url
+        .as_deref()
+        .filter(|url| !state.backends.contains(url))
+    {
+        return Err(ApiError::bad_request(format!(
+            "base_url {url} is not a configured backend"
+        )));
     }
     let session = state.sessions.create(SessionOptions {
         tool_parser,

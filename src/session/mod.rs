@@ -59,6 +59,8 @@ pub struct Session {
     pub created_at: f64,
     last_accessed_ms: AtomicU64,
     num_nodes: AtomicUsize,
+    /// The backend the session's last turn ran on (its prefix cache is there).
+    backend: std::sync::Mutex<Option<Arc<str>>>,
     pub state: tokio::sync::Mutex<SessionState>,
 }
 
@@ -71,6 +73,7 @@ impl Session {
             created_at: now,
             last_accessed_ms: AtomicU64::new((now * 1000.0) as u64),
             num_nodes: AtomicUsize::new(0),
+            backend: std::sync::Mutex::new(None),
             state: tokio::sync::Mutex::new(SessionState::default()),
         }
     }
@@ -88,6 +91,16 @@ impl Session {
     /// Node count as of the last committed turn (readable without the lock).
     pub fn num_nodes(&self) -> usize {
         self.num_nodes.load(Ordering::Relaxed)
+    }
+
+    /// The backend of the session's last turn.
+    pub fn backend(&self) -> Option<Arc<str>> {
+        self.backend.lock().expect("session backend lock").clone()
+    }
+
+    /// Remembers the backend a turn ran on.
+    pub fn set_backend(&self, base_url: Arc<str>) {
+        *self.backend.lock().expect("session backend lock") = Some(base_url);
     }
 
     /// Records the node count after a commit.

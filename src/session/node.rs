@@ -63,6 +63,12 @@ pub struct TurnRecord {
     pub weight_version: Option<String>,
     /// The backend that sampled this turn.
     pub backend: String,
+    /// Prompt tokens the backend served from its prefix cache, when it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// The ids were re-tokenized from text (a text-only backend), not returned by the backend.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub approximate: bool,
 }
 
 /// A training sequence.

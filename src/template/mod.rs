@@ -13,7 +13,7 @@ use minijinja::value::{Serde, Value};
 use std::collections::BTreeMap;
 use std::error::Error as _;
 
-pub use source::{TemplateSpec, load_template};
+pub use source::{TemplateSpec, load_template, template_with_source};
 
 /// Errors from compiling or rendering a chat template.
 #[derive(Debug, thiserror::Error)]

@@ -62,6 +62,19 @@ pub fn load_template(
     ChatTemplate::new(name, source, special_tokens)
 }
 
+/// A template from its text, with the special tokens of `model_dir` (if any).
+pub fn template_with_source(
+    name: &str,
+    source: String,
+    model_dir: Option<&Path>,
+) -> Result<ChatTemplate, TemplateError> {
+    let config = match model_dir {
+        Some(dir) => read_tokenizer_config(dir)?,
+        None => serde_json::Value::Null,
+    };
+    ChatTemplate::new(name, source, special_tokens(&config))
+}
+
 fn bundled(name: &str) -> Result<&'static str, TemplateError> {
     BUNDLED
         .iter()

@@ -79,6 +79,8 @@ pub fn commit(
             stop: generation.stop.clone(),
             weight_version: generation.weight_version.clone(),
             backend: choice.backend,
+            cached_tokens: generation.cached_tokens,
+            approximate: generation.approximate,
         });
         state.completions.push(CompletionRecord {
             node: index,

@@ -35,7 +35,7 @@ pub fn fixture_model(name: &str) -> PathBuf {
 pub mod mock_worker;
 
 use mock_worker::{MockWorker, Wire};
-use rollout_proxy::backend::BackendKind;
+use rollout_proxy::backend::{BackendKind, PoolSettings};
 use rollout_proxy::config::{ConfigFile, Settings};
 use serde_json::Value;
 use std::sync::Arc;
@@ -105,7 +105,14 @@ impl Proxy {
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
         let mut settings = Settings {
-            config: ConfigFile::default(),
+            config: ConfigFile {
+                pool: PoolSettings {
+                    health_check_interval: 0.2,
+                    retry_backoff: 0.01,
+                    ..PoolSettings::default()
+                },
+                ..ConfigFile::default()
+            },
             tokenizer: Some(model_dir),
             chat_template: template.map(str::to_string),
             backends: vec![worker.url.clone()],
@@ -118,17 +125,18 @@ impl Proxy {
             max_body_bytes: 1024 * 1024,
         };
         tweak(&mut settings);
-        let state = Arc::new(settings.build().unwrap());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let (ready, started) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             actix_web::rt::System::new().block_on(async move {
-                rollout_proxy::http::serve(state, listener)
-                    .unwrap()
-                    .await
-                    .unwrap()
+                let state = Arc::new(settings.build().await.unwrap());
+                let server = rollout_proxy::http::serve(state, listener).unwrap();
+                ready.send(()).unwrap();
+                server.await.unwrap()
             })
         });
+        started.recv().expect("proxy started");
         Self {
             url,
             worker,
@@ -172,6 +180,23 @@ impl Proxy {
     pub async fn chat(&self, uuid: &str, body: Value) -> (u16, Value) {
         self.post(&format!("/{uuid}/v1/chat/completions"), body)
             .await
+    }
+
+    /// Waits (up to 5 s) until every backend is healthy again.
+    pub async fn wait_until_healthy(&self) {
+        for _ in 0..50 {
+            let (_, status) = self.get("/servers").await;
+            if status["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s["healthy"] == true)
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("backends stayed unhealthy");
     }
 
     /// Scripts the upstream's next sample, then runs a chat turn.

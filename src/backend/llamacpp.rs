@@ -1,0 +1,239 @@
+//! llama.cpp `llama-server` through its native `POST /completion` with a token-id prompt.
+//!
+//! llama-server's sampler defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
+//! repetition penalty) are overridden with plain sampling unless the request sets them, so it
+//! samples like vLLM and SGLang do. Its logprobs are the full-vocabulary log-softmax of the raw
+//! logits. A request with stop strings is streamed and cut by the proxy as soon as a stop
+//! string appears: llama-server drops the logprobs of a stop word's tokens, and the node needs
+//! one for every sampled token.
+
+use super::http::{JsonClient, server_root};
+use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// One `completion_probabilities` entry: the sampled id, its logprob, the top alternatives.
+struct Probability {
+    id: u32,
+    logprob: f32,
+    alternatives: Vec<(u32, f32)>,
+}
+
+/// A llama-server.
+#[derive(Debug)]
+pub struct LlamaCppBackend {
+    http: JsonClient,
+    root: String,
+}
+
+impl LlamaCppBackend {
+    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+        Self {
+            http: JsonClient::new(base_url, api_key, timeout),
+            root: server_root(base_url),
+        }
+    }
+
+    fn body(request: &GenerateRequest, stream: bool) -> Value {
+        let p = &request.params;
+        let mut body = json!({
+            "prompt": request.prompt,
+            "n_predict": p.max_tokens.map_or(-1, i64::from),
+            "temperature": p.temperature.unwrap_or(1.0),
+            "top_k": p.top_k.filter(|k| *k > 0).unwrap_or(0),
+            "top_p": p.top_p.unwrap_or(1.0),
+            "min_p": p.min_p.unwrap_or(0.0),
+            "typical_p": 1.0,
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "n_probs": p.top_logprobs.unwrap_or(0).max(1),
+            "post_sampling_probs": false,
+            "return_tokens": true,
+            "cache_prompt": true,
+            "stream": stream,
+        });
+        if let Some(seed) = p.seed {
+            body["seed"] = json!(seed);
+        }
+        body
+    }
+
+    /// One sample, whole (no stop strings to watch for).
+    async fn complete(&self, request: &GenerateRequest) -> Result<Generation, BackendError> {
+        let reply = self
+            .http
+            .post(&self.root, "/completion", &Self::body(request, false))
+            .await?;
+        let token_ids: Vec<u32> = serde_json::from_value(reply["tokens"].clone()).map_err(|e| {
+            self.http
+                .protocol(format!("tokens: {e} (is return_tokens supported?)"))
+        })?;
+        let probabilities = reply["completion_probabilities"]
+            .as_array()
+            .ok_or_else(|| self.http.protocol("reply has no completion_probabilities"))?;
+        let mut logprobs = Vec::with_capacity(token_ids.len());
+        let mut top = Vec::with_capacity(token_ids.len());
+        for (id, entry) in token_ids.iter().zip(probabilities) {
+            let probability = self.probability(entry)?;
+            if probability.id != *id {
+                return Err(self
+                    .http
+                    .protocol("completion_probabilities do not follow tokens"));
+            }
+            logprobs.push(probability.logprob);
+            top.push(probability.alternatives);
+        }
+        if logprobs.len() != token_ids.len() {
+            return Err(self.http.protocol(format!(
+                "{} tokens but {} probabilities",
+                token_ids.len(),
+                logprobs.len()
+            )));
+        }
+        let last = token_ids.last().copied();
+        let mut generation = Generation::new(token_ids, logprobs, finish_reason(&reply));
+        generation.stop = stop_match(&reply, last);
+        generation.top_logprobs = request.params.top_logprobs.map(|_| top);
+        generation.cached_tokens = reply["tokens_cached"].as_u64().map(|n| n as u32);
+        Ok(generation)
+    }
+
+    /// One sample streamed token by token, cut by the first stop string in its text.
+    async fn complete_watching_stops(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Generation, BackendError> {
+        let stream = self
+            .http
+            .post_stream(&self.root, "/completion", &Self::body(request, true))
+            .await?;
+        let mut events = std::pin::pin!(super::http::sse_events(stream));
+        let mut generation = Generation::new(Vec::new(), Vec::new(), FinishReason::Length);
+        let mut top = Vec::new();
+        let mut text = String::new();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| self.http.protocol(e))?;
+            if let Some(error) = event.get("error") {
+                return Err(self.http.protocol(format!("stream error: {error}")));
+            }
+            // Every sampled token, the end-of-generation one included, comes with its
+            // probability in its own event.
+            for entry in event["completion_probabilities"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let probability = self.probability(entry)?;
+                generation.token_ids.push(probability.id);
+                generation.logprobs.push(probability.logprob);
+                top.push(probability.alternatives);
+            }
+            let piece = event["content"].as_str().unwrap_or("");
+            text.push_str(piece);
+            if let Some(stop) = completed_stop(&text, piece.len(), &request.params.stop) {
+                // Dropping the stream closes the connection, which cancels the generation.
+                generation.finish_reason = FinishReason::Stop;
+                generation.stop = Some(StopMatch::Text(stop.clone()));
+                break;
+            }
+            if event["stop"].as_bool() == Some(true) {
+                generation.finish_reason = finish_reason(&event);
+                generation.stop = stop_match(&event, generation.token_ids.last().copied());
+                generation.cached_tokens = event["tokens_cached"].as_u64().map(|n| n as u32);
+                break;
+            }
+        }
+        generation.top_logprobs = request.params.top_logprobs.map(|_| top);
+        Ok(generation)
+    }
+
+    fn probability(&self, entry: &Value) -> Result<Probability, BackendError> {
+        let (Some(id), Some(logprob)) = (entry["id"].as_u64(), entry["logprob"].as_f64()) else {
+            return Err(self
+                .http
+                .protocol("a probability entry lacks id or logprob"));
+        };
+        let alternatives = entry["top_logprobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| Some((a["id"].as_u64()? as u32, a["logprob"].as_f64()? as f32)))
+            .collect();
+        Ok(Probability {
+            id: id as u32,
+            logprob: logprob as f32,
+            alternatives,
+        })
+    }
+
+    /// The server's chat template (`GET /props`), if it has one.
+    pub async fn chat_template(&self) -> Result<Option<String>, BackendError> {
+        let props = self.http.get_json(&self.root, "/props").await?;
+        Ok(props["chat_template"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_string))
+    }
+}
+
+fn finish_reason(reply: &Value) -> FinishReason {
+    match reply["stop_type"].as_str() {
+        Some("eos") | Some("word") => FinishReason::Stop,
+        _ => FinishReason::Length,
+    }
+}
+
+/// What stopped the sample: the stop word, or the end-of-generation token it ended on.
+fn stop_match(reply: &Value, last_token: Option<u32>) -> Option<StopMatch> {
+    match reply["stop_type"].as_str() {
+        Some("word") => reply["stopping_word"]
+            .as_str()
+            .map(|w| StopMatch::Text(w.to_string())),
+        Some("eos") => last_token.map(StopMatch::Token),
+        _ => None,
+    }
+}
+
+/// The stop string the latest `piece` completed in `text`, if any (only the tail that could
+/// hold a new match is searched).
+fn completed_stop<'s>(text: &str, piece_len: usize, stops: &'s [String]) -> Option<&'s String> {
+    stops.iter().find(|stop| {
+        let mut from = text.len().saturating_sub(piece_len + stop.len());
+        while !text.is_char_boundary(from) {
+            from -= 1;
+        }
+        text[from..].contains(stop.as_str())
+    })
+}
+
+#[async_trait]
+impl Backend for LlamaCppBackend {
+    fn base_url(&self) -> &str {
+        &self.http.base_url
+    }
+
+    /// n samples as n parallel requests (each on its own server slot).
+    async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
+        let samples = (0..request.n).map(|i| async move {
+            let mut single = GenerateRequest {
+                n: 1,
+                ..request.clone()
+            };
+            // Distinct seeds, or every parallel sample would be the same.
+            single.params.seed = request.params.seed.map(|s| s + i64::from(i));
+            if single.params.stop.is_empty() {
+                self.complete(&single).await
+            } else {
+                self.complete_watching_stops(&single).await
+            }
+        });
+        futures::future::try_join_all(samples).await
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        self.http.get_ok(&self.root, "/health").await
+    }
+}

@@ -1,0 +1,365 @@
+//! The backend pool: routing, session affinity, failover, backpressure and health checks.
+//!
+//! A request is routed to the backend its session is pinned to (by the client at create) or
+//! prefers (the one it started on, for prefix-cache reuse), else to the healthy backend with
+//! the lowest load relative to its `num_max_requests_at_once`. When every backend is at its
+//! limit the request waits in a bounded queue. A failure before the backend produced anything
+//! is retried with jittered backoff, first on the same backend, then on another.
+
+mod member;
+
+pub use member::Member;
+use member::Reserve;
+
+use super::{BackendConfig, BackendError, GenerateRequest, Generation, PoolSettings};
+use member::is_retryable;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Where a request may go.
+#[derive(Debug, Clone, Copy)]
+pub enum Route<'a> {
+    /// Only this backend (the client pinned `base_url`).
+    Pinned(&'a str),
+    /// This backend when it can take the request, else any.
+    Prefer(Option<&'a str>),
+}
+
+/// Samples and the backend that produced each.
+#[derive(Debug)]
+pub struct Sampled {
+    pub generations: Vec<Generation>,
+    pub backends: Vec<Arc<str>>,
+}
+
+/// Makes a client for a backend entry (kept outside the pool so tests and the engine can plug
+/// in their own).
+pub type ClientFactory = Box<dyn Fn(&BackendConfig) -> Box<dyn super::Backend> + Send + Sync>;
+
+/// All configured backends.
+pub struct Pool {
+    settings: PoolSettings,
+    factory: ClientFactory,
+    members: RwLock<Arc<Vec<Arc<Member>>>>,
+    waiting: AtomicUsize,
+    freed: Notify,
+    turns_with_history: AtomicU64,
+    turns_on_same_backend: AtomicU64,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// A reserved request slot on one backend, given back when dropped (also when the request's
+/// future is dropped because the client went away).
+struct Lease<'p> {
+    pool: &'p Pool,
+    member: Arc<Member>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        self.member.release();
+        self.pool.freed.notify_waiters();
+    }
+}
+
+impl Pool {
+    pub fn new(
+        settings: PoolSettings,
+        factory: ClientFactory,
+        configs: Vec<BackendConfig>,
+    ) -> Self {
+        let pool = Self {
+            settings,
+            factory,
+            members: RwLock::new(Arc::new(Vec::new())),
+            waiting: AtomicUsize::new(0),
+            freed: Notify::new(),
+            turns_with_history: AtomicU64::new(0),
+            turns_on_same_backend: AtomicU64::new(0),
+        };
+        pool.replace(configs);
+        pool
+    }
+
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    /// Replaces every backend (requests in flight finish on the old ones).
+    pub fn replace(&self, configs: Vec<BackendConfig>) {
+        let members = configs
+            .into_iter()
+            .map(|c| {
+                let client = (self.factory)(&c);
+                Arc::new(Member::new(c, client))
+            })
+            .collect();
+        *self.members.write().expect("backend list lock") = Arc::new(members);
+        self.freed.notify_waiters();
+    }
+
+    /// A snapshot of the current backends.
+    pub fn members(&self) -> Arc<Vec<Arc<Member>>> {
+        self.members.read().expect("backend list lock").clone()
+    }
+
+    /// Whether a backend with this base URL is configured.
+    pub fn contains(&self, base_url: &str) -> bool {
+        self.members()
+            .iter()
+            .any(|m| same_url(m.base_url(), base_url))
+    }
+
+    /// Generates `request.n` samples, splitting large `n` across calls; all or nothing.
+    pub async fn generate(
+        &self,
+        request: &GenerateRequest,
+        route: Route<'_>,
+    ) -> Result<Sampled, BackendError> {
+        let chunk = self.settings.max_n_completions.max(1);
+        let calls: Vec<GenerateRequest> = (0..request.n)
+            .step_by(chunk as usize)
+            .map(|start| GenerateRequest {
+                n: chunk.min(request.n - start),
+                ..request.clone()
+            })
+            .collect();
+        let results =
+            futures::future::join_all(calls.iter().map(|call| self.generate_once(call, route)))
+                .await;
+        let mut sampled = Sampled {
+            generations: Vec::with_capacity(request.n as usize),
+            backends: Vec::with_capacity(request.n as usize),
+        };
+        for result in results {
+            let (generations, backend) = result?;
+            sampled
+                .backends
+                .extend(std::iter::repeat_n(backend, generations.len()));
+            sampled.generations.extend(generations);
+        }
+        Ok(sampled)
+    }
+
+    /// One backend call with failover.
+    async fn generate_once(
+        &self,
+        request: &GenerateRequest,
+        route: Route<'_>,
+    ) -> Result<(Vec<Generation>, Arc<str>), BackendError> {
+        let mut avoid: Option<Arc<Member>> = None;
+        let mut attempt = 0;
+        loop {
+            let lease = self.acquire(route, avoid.as_ref()).await?;
+            let result = lease.member.client.generate(request).await;
+            lease
+                .member
+                .record(&result.as_ref().map(|_| ()), &self.settings);
+            match result {
+                Ok(generations) if generations.len() == request.n as usize => {
+                    return Ok((generations, Arc::from(lease.member.base_url())));
+                }
+                Ok(generations) => {
+                    return Err(BackendError::Protocol {
+                        url: lease.member.base_url().to_string(),
+                        reason: format!(
+                            "asked for {} samples, got {}",
+                            request.n,
+                            generations.len()
+                        ),
+                    });
+                }
+                Err(error) if is_retryable(&error) && attempt < self.settings.max_retries => {
+                    attempt += 1;
+                    lease.member.count_retry();
+                    tracing::warn!(backend = %lease.member.base_url(), attempt, %error, "retrying request");
+                    // First retry on the same backend, later ones elsewhere.
+                    if attempt >= 2 {
+                        avoid = Some(lease.member.clone());
+                    }
+                    drop(lease);
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Exponential backoff with full jitter.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let ceiling = (self.settings.retry_backoff * 2f64.powi(attempt as i32 - 1)).min(2.0);
+        let jitter = (uuid::Uuid::new_v4().as_u128() % 1_000_000) as f64 / 1_000_000.0;
+        Duration::from_secs_f64(ceiling * jitter)
+    }
+
+    /// Waits (boundedly) for a slot on a backend the route allows.
+    async fn acquire(
+        &self,
+        route: Route<'_>,
+        avoid: Option<&Arc<Member>>,
+    ) -> Result<Lease<'_>, BackendError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_secs_f64(self.settings.queue_timeout);
+        loop {
+            // Register interest before looking, so a slot freed in between is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.try_acquire(route, avoid)? {
+                Some(member) => return Ok(Lease { pool: self, member }),
+                None => {
+                    let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
+                    let _queued = Queued(&self.waiting);
+                    if queued >= self.settings.max_queued_requests {
+                        return Err(BackendError::Saturated {
+                            queued,
+                            limit: self.settings.max_queued_requests,
+                        });
+                    }
+                    // Also wake up periodically: an unhealthy backend's cooldown may end.
+                    let wake = tokio::time::Instant::now() + Duration::from_millis(250);
+                    if tokio::time::timeout_at(deadline.min(wake), freed)
+                        .await
+                        .is_err()
+                        && tokio::time::Instant::now() >= deadline
+                    {
+                        return Err(BackendError::Busy {
+                            waited: Duration::from_secs_f64(self.settings.queue_timeout),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A backend with a free slot, if any; an error when the route can never be served.
+    fn try_acquire(
+        &self,
+        route: Route<'_>,
+        avoid: Option<&Arc<Member>>,
+    ) -> Result<Option<Arc<Member>>, BackendError> {
+        let members = self.members();
+        if members.is_empty() {
+            return Err(BackendError::NoBackend("no backend is configured".into()));
+        }
+        let (candidates, preferred): (Vec<&Arc<Member>>, Option<&str>) = match route {
+            Route::Pinned(url) => {
+                let pinned: Vec<_> = members
+                    .iter()
+                    .filter(|m| same_url(m.base_url(), url))
+                    .collect();
+                if pinned.is_empty() {
+                    return Err(BackendError::NoBackend(format!(
+                        "no backend with base_url {url}"
+                    )));
+                }
+                (pinned, None)
+            }
+            Route::Prefer(url) => {
+                let others: Vec<_> = members
+                    .iter()
+                    .filter(|m| avoid.is_none_or(|a| !Arc::ptr_eq(a, m)))
+                    .collect();
+                // With a single backend, "another" is the same one again.
+                (
+                    if others.is_empty() {
+                        members.iter().collect()
+                    } else {
+                        others
+                    },
+                    url,
+                )
+            }
+        };
+        let mut order: Vec<&Arc<Member>> = candidates;
+        order.sort_by(|a, b| a.load().total_cmp(&b.load()));
+        if let Some(url) = preferred
+            && let Some(at) = order.iter().position(|m| same_url(m.base_url(), url))
+        {
+            let member = order.remove(at);
+            order.insert(0, member);
+        }
+        let mut any_full = false;
+        for member in order {
+            match member.try_reserve(&self.settings) {
+                Reserve::Taken => return Ok(Some(member.clone())),
+                Reserve::Full => any_full = true,
+                Reserve::Unavailable => {}
+            }
+        }
+        if any_full {
+            Ok(None)
+        } else {
+            Err(BackendError::NoBackend(
+                "no healthy backend (every candidate's circuit is open)".into(),
+            ))
+        }
+    }
+
+    /// Counts, for a session's turn after its first, whether it ran where the session's previous
+    /// turn ran (prefix-cache reuse).
+    pub fn record_affinity(&self, previous: Option<&str>, used: &str) {
+        if let Some(previous) = previous {
+            self.turns_with_history.fetch_add(1, Ordering::Relaxed);
+            if same_url(previous, used) {
+                self.turns_on_same_backend.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What `GET /servers` shows.
+    pub fn status(&self) -> serde_json::Value {
+        let turns = self.turns_with_history.load(Ordering::Relaxed);
+        let same = self.turns_on_same_backend.load(Ordering::Relaxed);
+        serde_json::json!({
+            "servers": self.members().iter().map(|m| m.status()).collect::<Vec<_>>(),
+            "queued": self.waiting.load(Ordering::Relaxed),
+            "affinity": {
+                "turns": turns,
+                "same_backend": same,
+                "ratio": if turns == 0 { serde_json::Value::Null } else { (same as f64 / turns as f64).into() },
+            },
+        })
+    }
+
+    /// Probes every backend's health endpoint forever, every `health_check_interval`.
+    pub async fn run_health_checks(self: Arc<Self>) {
+        let interval = Duration::from_secs_f64(self.settings.health_check_interval.max(0.05));
+        loop {
+            let members = self.members();
+            let settings = &self.settings;
+            let probes = members
+                .iter()
+                .filter(|m| m.config.health_check)
+                .map(|m| async move {
+                    let ok = m.client.health().await.is_ok();
+                    m.record_probe(ok, settings);
+                });
+            futures::future::join_all(probes).await;
+            self.freed.notify_waiters();
+            tokio::time::sleep(interval).await;
+        }
+    }
+}
+
+/// Counts a request waiting in the queue for as long as it waits.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn same_url(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
