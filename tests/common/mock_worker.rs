@@ -8,8 +8,24 @@ use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
+    /// SGLang `POST /generate`.
     Sglang,
+    /// vLLM `POST /v1/completions` (its /openapi.json lists no tokens-in endpoint).
     Vllm,
+    /// vLLM with the tokens-in `POST /inference/v1/generate` listed in /openapi.json.
+    VllmGenerate,
+    /// A text-only OpenAI `POST /v1/completions` (ids are code points: use the char model).
+    OpenAiText,
+}
+
+impl Wire {
+    fn path(self) -> &'static str {
+        match self {
+            Wire::Sglang => "/generate",
+            Wire::Vllm | Wire::OpenAiText => "/v1/completions",
+            Wire::VllmGenerate => "/inference/v1/generate",
+        }
+    }
 }
 
 /// One sampled continuation to return.
@@ -89,6 +105,13 @@ impl MockWorker {
                         .app_data(data.clone())
                         .route("/generate", web::post().to(handle))
                         .route("/v1/completions", web::post().to(handle))
+                        .route("/inference/v1/generate", web::post().to(handle))
+                        .route("/openapi.json", web::get().to(openapi))
+                        .route(
+                            "/v1/models",
+                            web::get()
+                                .to(|| async { HttpResponse::Ok().json(json!({"data": []})) }),
+                        )
                         .route(
                             "/health",
                             web::get().to(|| async { HttpResponse::Ok().finish() }),
@@ -128,11 +151,17 @@ impl MockWorker {
     /// The prompt ids of the last request.
     pub fn last_prompt(&self) -> Vec<u32> {
         let last = self.requests().pop().expect("a request was made");
-        let key = match self.wire {
-            Wire::Sglang => "input_ids",
-            Wire::Vllm => "prompt",
-        };
-        serde_json::from_value(last[key].clone()).unwrap()
+        match self.wire {
+            Wire::Sglang => serde_json::from_value(last["input_ids"].clone()).unwrap(),
+            Wire::Vllm => serde_json::from_value(last["prompt"].clone()).unwrap(),
+            Wire::VllmGenerate => serde_json::from_value(last["token_ids"].clone()).unwrap(),
+            Wire::OpenAiText => last["prompt"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .map(|c| c as u32)
+                .collect(),
+        }
     }
 }
 
@@ -142,11 +171,7 @@ async fn handle(
     data: web::Data<(Arc<Mutex<Shared>>, Wire)>,
 ) -> HttpResponse {
     let (shared, wire) = data.get_ref();
-    let expected_path = match wire {
-        Wire::Sglang => "/generate",
-        Wire::Vllm => "/v1/completions",
-    };
-    if req.path() != expected_path {
+    if req.path() != wire.path() {
         return HttpResponse::NotFound()
             .json(json!({"error": {"message": "wrong endpoint", "code": 404}}));
     }
@@ -186,7 +211,54 @@ fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
     match wire {
         Wire::Sglang => sglang_reply(body, samples),
         Wire::Vllm => vllm_reply(body, samples),
+        Wire::VllmGenerate => vllm_generate_reply(samples),
+        Wire::OpenAiText => openai_text_reply(samples),
     }
+}
+
+async fn openapi(data: web::Data<(Arc<Mutex<Shared>>, Wire)>) -> HttpResponse {
+    match data.1 {
+        Wire::Vllm | Wire::VllmGenerate => {
+            HttpResponse::Ok().json(json!({"paths": {data.1.path(): {}, "/health": {}}}))
+        }
+        _ => HttpResponse::NotFound().finish(),
+    }
+}
+
+fn vllm_generate_reply(samples: &[Sample]) -> HttpResponse {
+    let choices: Vec<Value> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let content: Vec<Value> = s
+                .ids
+                .iter()
+                .zip(&s.logprobs)
+                .map(|(id, lp)| {
+                    json!({"token": format!("token_id:{id}"), "logprob": lp, "bytes": null,
+                           "top_logprobs": [{"token": format!("token_id:{id}"), "logprob": lp, "bytes": null}]})
+                })
+                .collect();
+            json!({"index": i, "finish_reason": s.finish, "token_ids": s.ids, "logprobs": {"content": content}})
+        })
+        .collect();
+    HttpResponse::Ok().json(
+        json!({"request_id": "generate-tokens-mock", "choices": choices,
+        "prompt_logprobs": null, "kv_transfer_params": null}),
+    )
+}
+
+fn openai_text_reply(samples: &[Sample]) -> HttpResponse {
+    let choices: Vec<Value> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let text: String = s.ids.iter().filter_map(|&id| char::from_u32(id)).collect();
+            json!({"index": i, "text": text, "finish_reason": s.finish, "logprobs": null})
+        })
+        .collect();
+    HttpResponse::Ok()
+        .json(json!({"id": "cmpl-x", "object": "text_completion", "choices": choices}))
 }
 
 fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {

@@ -118,7 +118,8 @@ impl Proxy {
             backends: vec![worker.url.clone()],
             backend_kind: Some(match worker.wire {
                 Wire::Sglang => BackendKind::Sglang,
-                Wire::Vllm => BackendKind::Vllm,
+                Wire::Vllm | Wire::VllmGenerate => BackendKind::Vllm,
+                Wire::OpenAiText => BackendKind::Openai,
             }),
             model_name: Some("test_model".into()),
             default_max_tokens: None,

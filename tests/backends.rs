@@ -1,0 +1,149 @@
+//! Backend clients through the proxy against scripted upstreams in each wire format, and the
+//! pool's HTTP-visible behaviour (backpressure, affinity figures).
+
+mod common;
+
+use common::mock_worker::{MockWorker, Reply, Sample, Wire};
+use common::{Proxy, assert_node_shape, assert_openai_error, char_model_dir, chars, fixture_model};
+use rollout_proxy::backend::{BackendConfig, BackendKind};
+use serde_json::json;
+
+/// vLLM servers that list `/inference/v1/generate` get tokens in, tokens out there.
+#[tokio::test]
+async fn vllm_generate_endpoint_is_used_when_offered() {
+    let proxy = Proxy::start(char_model_dir(), None, Wire::VllmGenerate);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    let (status, data) = proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("hello")),
+            json!({"messages": messages, "max_tokens": 9, "seed": 4}),
+        )
+        .await;
+    assert_eq!(status, 200, "{data}");
+    let sent = &proxy.worker.requests()[0];
+    assert_eq!(
+        sent["token_ids"],
+        json!(chars("<user>hi</user><assistant>"))
+    );
+    assert_eq!(sent["sampling_params"]["max_tokens"], 9);
+    assert_eq!(sent["sampling_params"]["seed"], 4);
+    messages.push(json!({"role": "assistant", "content": "hello"}));
+    messages.push(json!({"role": "user", "content": "again"}));
+    proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("ok")),
+            json!({"messages": messages}),
+        )
+        .await;
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1);
+    assert_node_shape(&nodes[0]);
+}
+
+/// A text-only OpenAI backend: the prompt goes as text, the reply is re-tokenized and the turn
+/// is marked approximate.
+#[tokio::test]
+async fn openai_text_backend_marks_turns_approximate() {
+    let proxy = Proxy::start(char_model_dir(), None, Wire::OpenAiText);
+    let uuid = proxy.session(json!({})).await;
+    let (status, data) = proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("hey there")),
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(data["choices"][0]["message"]["content"], "hey there");
+    assert_eq!(
+        proxy.worker.requests()[0]["prompt"],
+        "<user>hi</user><assistant>"
+    );
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes[0]["metadata"]["turns"][0]["approximate"], true);
+    assert_eq!(
+        nodes[0]["tokens"].as_array().unwrap().len(),
+        chars("<user>hi</user><assistant>hey there").len()
+    );
+}
+
+/// SGLang reports the policy version and cache hits; both land in the turn's metadata.
+#[tokio::test]
+async fn weight_version_and_backend_are_recorded_per_turn() {
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    proxy
+        .turn(
+            &uuid,
+            Sample::stop(vec![9707, 151645]),
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    let turn = proxy.nodes(&uuid).await[0]["metadata"]["turns"][0].clone();
+    assert_eq!(turn["weight_version"], "default");
+    assert_eq!(turn["cached_tokens"], 0);
+    assert_eq!(turn["backend"], proxy.worker.url);
+    assert!(turn.get("approximate").is_none());
+}
+
+/// When every backend is at its limit and the queue is full, requests get 429, not a hang.
+#[tokio::test]
+async fn saturated_pool_answers_429() {
+    let worker = MockWorker::start(Wire::Sglang);
+    let url = worker.url.clone();
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, move |settings| {
+        settings.backends.clear();
+        settings.config.servers = vec![BackendConfig {
+            num_max_requests_at_once: 1,
+            ..BackendConfig::new(&url, BackendKind::Sglang)
+        }];
+        settings.config.pool.max_queued_requests = 0;
+    });
+    proxy
+        .worker
+        .push(Reply::Delayed(400, vec![Sample::stop(chars("slow"))]));
+    let (a, b) = (
+        proxy.session(json!({})).await,
+        proxy.session(json!({})).await,
+    );
+    let first = proxy.chat(&a, json!({"messages": [{"role": "user", "content": "1"}]}));
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        proxy
+            .chat(&b, json!({"messages": [{"role": "user", "content": "2"}]}))
+            .await
+    };
+    let ((s1, _), (s2, body)) = tokio::join!(first, second);
+    assert_eq!(s1, 200);
+    assert_eq!(s2, 429, "{body}");
+    assert_openai_error(&body);
+    assert!(proxy.nodes(&b).await.is_empty());
+}
+
+/// Every turn of a session after the first counts toward the affinity figure on /servers.
+#[tokio::test]
+async fn servers_report_affinity() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "a"})];
+    for i in 0..3 {
+        let (status, _) = proxy
+            .turn(
+                &uuid,
+                Sample::stop(chars("x")),
+                json!({"messages": messages}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        messages.push(json!({"role": "assistant", "content": "x"}));
+        messages.push(json!({"role": "user", "content": format!("q{i}")}));
+    }
+    let (_, servers) = proxy.get("/servers").await;
+    assert_eq!(servers["affinity"]["turns"], 2);
+    assert_eq!(servers["affinity"]["same_backend"], 2);
+    assert_eq!(servers["servers"][0]["requests"], 3);
+    assert_eq!(servers["servers"][0]["in_flight"], 0);
+}
