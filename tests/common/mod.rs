@@ -32,6 +32,7 @@ pub fn fixture_model(name: &str) -> PathBuf {
     dir
 }
 
+pub mod llama;
 pub mod mock_worker;
 
 use mock_worker::{MockWorker, Wire};

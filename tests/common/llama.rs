@@ -1,0 +1,103 @@
+//! A real llama.cpp `llama-server` on 127.0.0.1 serving SmolLM2-135M-Instruct, built by
+//! `scripts/build-llama-server.sh` and fetched by `scripts/fetch-fixtures.sh`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The llama-server binary: `$LLAMA_SERVER_BIN`, else where the build script caches it.
+pub fn binary() -> PathBuf {
+    let path = std::env::var_os("LLAMA_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("LLAMA_SERVER_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap())
+                        .join(".cache/rollout-proxy/llama-server")
+                });
+            cache.join("0.3.36/bin/llama-server")
+        });
+    assert!(
+        path.is_file(),
+        "llama-server not found at {}: run scripts/build-llama-server.sh",
+        path.display()
+    );
+    path
+}
+
+/// A running llama-server, killed when dropped.
+pub struct LlamaServer {
+    pub port: u16,
+    child: Child,
+}
+
+impl LlamaServer {
+    /// Starts a server on a free port.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self::start_on(port)
+    }
+
+    /// Starts a server on `port` and waits until it has loaded the model.
+    pub fn start_on(port: u16) -> Self {
+        let model = super::fixture_model("smollm2").join("model.gguf");
+        let child = Command::new(binary())
+            .args([
+                "-m",
+                model.to_str().unwrap(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["-c", "4096", "--parallel", "2", "-t", "1", "--no-webui"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Self { port, child };
+        server.wait_ready();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let ready =
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok_and(|mut stream| {
+                    use std::io::{Read, Write};
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                    let _ = stream.write_all(b"GET /health HTTP/1.0\r\nHost: x\r\n\r\n");
+                    let mut reply = String::new();
+                    let _ = stream.read_to_string(&mut reply);
+                    reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")
+                });
+            if ready {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("llama-server on port {} did not become ready", self.port);
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
