@@ -130,6 +130,31 @@ async fn real_rollouts_are_one_node_with_the_servers_ids_and_logprobs() {
     }
 }
 
+/// n>1 in one `n_cmpl` request: n choices, the first extends the node, the others are new.
+#[tokio::test]
+async fn several_samples_per_request() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let server = LlamaServer::start();
+    let proxy = proxy_for(&[&server], fixture_model("smollm2"), None);
+    let uuid = proxy.session(json!({})).await;
+    let (status, reply) = proxy
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "Say something."}],
+            "max_tokens": 6, "n": 3, "seed": 1, "logprobs": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let choices = reply["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 3);
+    for (node, choice) in nodes.iter().zip(choices) {
+        assert_node_shape(node);
+        assert!(ids(&node["tokens"]).ends_with(&ids(&choice["token_ids"])));
+    }
+}
+
 /// A stop string cuts the sample; its tokens stay in the node with real logprobs.
 #[tokio::test]
 async fn stop_strings_keep_every_sampled_token_with_its_logprob() {

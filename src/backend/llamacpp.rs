@@ -12,6 +12,7 @@ use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, St
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// One `completion_probabilities` entry: the sampled id, its logprob, the top alternatives.
@@ -26,6 +27,9 @@ struct Probability {
 pub struct LlamaCppBackend {
     http: JsonClient,
     root: String,
+    /// Set once the server showed it ignores `n_cmpl`.
+    ignores_n_cmpl: AtomicBool,
+    slots: tokio::sync::OnceCell<u32>,
 }
 
 impl LlamaCppBackend {
@@ -33,6 +37,8 @@ impl LlamaCppBackend {
         Self {
             http: JsonClient::new(base_url, api_key, timeout),
             root: server_root(base_url),
+            ignores_n_cmpl: AtomicBool::new(false),
+            slots: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -62,11 +68,41 @@ impl LlamaCppBackend {
     }
 
     /// One sample, whole (no stop strings to watch for).
+    /// All `n` samples in one request with `n_cmpl`; `None` when the server ignores `n_cmpl`
+    /// (older builds answer with a single object), so the caller falls back.
+    async fn complete_batch(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Option<Vec<Generation>>, BackendError> {
+        let mut body = Self::body(request, false);
+        body["n_cmpl"] = json!(request.n);
+        let reply = self.http.post(&self.root, "/completion", &body).await?;
+        let Some(results) = reply.as_array().filter(|r| r.len() == request.n as usize) else {
+            return Ok(None);
+        };
+        let mut results = results.clone();
+        results.sort_by_key(|r| r["index"].as_u64().unwrap_or(0));
+        results
+            .iter()
+            .map(|r| self.parse_reply(r, request))
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
     async fn complete(&self, request: &GenerateRequest) -> Result<Generation, BackendError> {
         let reply = self
             .http
             .post(&self.root, "/completion", &Self::body(request, false))
             .await?;
+        self.parse_reply(&reply, request)
+    }
+
+    /// One non-streamed result object.
+    fn parse_reply(
+        &self,
+        reply: &Value,
+        request: &GenerateRequest,
+    ) -> Result<Generation, BackendError> {
         let token_ids: Vec<u32> = serde_json::from_value(reply["tokens"].clone()).map_err(|e| {
             self.http
                 .protocol(format!("tokens: {e} (is return_tokens supported?)"))
@@ -94,8 +130,8 @@ impl LlamaCppBackend {
             )));
         }
         let last = token_ids.last().copied();
-        let mut generation = Generation::new(token_ids, logprobs, finish_reason(&reply));
-        generation.stop = stop_match(&reply, last);
+        let mut generation = Generation::new(token_ids, logprobs, finish_reason(reply));
+        generation.stop = stop_match(reply, last);
         generation.top_logprobs = request.params.top_logprobs.map(|_| top);
         generation.cached_tokens = reply["tokens_cached"].as_u64().map(|n| n as u32);
         Ok(generation)
@@ -169,6 +205,18 @@ impl LlamaCppBackend {
         })
     }
 
+    /// The server's slot count (`total_slots` in `GET /props`; 1 when it does not say).
+    async fn slots(&self) -> u32 {
+        let probe = self
+            .slots
+            .get_or_try_init(|| async {
+                let props = self.http.get_json(&self.root, "/props").await?;
+                Ok::<_, BackendError>(props["total_slots"].as_u64().unwrap_or(1) as u32)
+            })
+            .await;
+        probe.copied().unwrap_or(1)
+    }
+
     /// The server's chat template (`GET /props`), if it has one.
     pub async fn chat_template(&self) -> Result<Option<String>, BackendError> {
         let props = self.http.get_json(&self.root, "/props").await?;
@@ -215,8 +263,33 @@ impl Backend for LlamaCppBackend {
         &self.http.base_url
     }
 
-    /// n samples as n parallel requests (each on its own server slot).
+    /// n samples: one `n_cmpl` request where the server supports it (not with stop strings,
+    /// which are watched per stream), else n parallel requests, each on its own server slot.
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
+        if request.n > 1
+            && request.params.stop.is_empty()
+            && !self.ignores_n_cmpl.load(Ordering::Relaxed)
+        {
+            // n_cmpl may not exceed the server's slots: one batch per `slots` samples.
+            let slots = self.slots().await.max(1);
+            let batches = (0..request.n).step_by(slots as usize).map(|start| {
+                let mut batch = GenerateRequest {
+                    n: slots.min(request.n - start),
+                    ..request.clone()
+                };
+                batch.params.seed = request.params.seed.map(|s| s + i64::from(start));
+                batch
+            });
+            let batches: Vec<GenerateRequest> = batches.collect();
+            let results =
+                futures::future::try_join_all(batches.iter().map(|b| self.complete_batch(b)))
+                    .await?;
+            if let Some(all) = results.into_iter().collect::<Option<Vec<_>>>() {
+                return Ok(all.into_iter().flatten().collect());
+            }
+            tracing::info!(backend = %self.http.base_url, "llama-server ignores n_cmpl; sending parallel requests");
+            self.ignores_n_cmpl.store(true, Ordering::Relaxed);
+        }
         let samples = (0..request.n).map(|i| async move {
             let mut single = GenerateRequest {
                 n: 1,
