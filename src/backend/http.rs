@@ -1,9 +1,13 @@
-//! The HTTP plumbing the JSON backends share: one POST with timeout and error mapping.
+//! The HTTP plumbing the JSON backends share: requests with timeouts, auth and error mapping,
+//! and server-sent-event parsing.
 
 use super::BackendError;
 use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
+
+/// Longest wait for a health or metadata probe (`/health`, `/props`, `/openapi.json`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A JSON-over-HTTP connection to one server.
 #[derive(Debug, Clone)]
@@ -34,29 +38,9 @@ impl JsonClient {
         root: &str,
         path: &str,
         body: &impl Serialize,
-    ) -> Result<serde_json::Value, BackendError> {
-        let mut request = self
-            .client
-            .post(format!("{root}{path}"))
-            .timeout(self.timeout)
-            .json(body);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request.send().await.map_err(|e| self.transport_error(e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(e))?;
-        if !status.is_success() {
-            return Err(BackendError::Status {
-                url: self.base_url.clone(),
-                status: status.as_u16(),
-                message: error_message(&bytes),
-            });
-        }
-        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
+    ) -> Result<Value, BackendError> {
+        let request = self.client.post(format!("{root}{path}")).json(body);
+        self.json(self.send(request, self.timeout).await?).await
     }
 
     /// POSTs `body` and returns the reply's byte stream (after checking its status).
@@ -67,24 +51,8 @@ impl JsonClient {
         body: &B,
     ) -> Result<impl futures::Stream<Item = Result<bytes::Bytes, String>> + use<B>, BackendError>
     {
-        let mut request = self
-            .client
-            .post(format!("{root}{path}"))
-            .timeout(self.timeout)
-            .json(body);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request.send().await.map_err(|e| self.transport_error(e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let bytes = response.bytes().await.unwrap_or_default();
-            return Err(BackendError::Status {
-                url: self.base_url.clone(),
-                status: status.as_u16(),
-                message: error_message(&bytes),
-            });
-        }
+        let request = self.client.post(format!("{root}{path}")).json(body);
+        let response = self.send(request, self.timeout).await?;
         Ok(futures::StreamExt::map(response.bytes_stream(), |chunk| {
             chunk.map_err(|e| e.to_string())
         }))
@@ -92,50 +60,49 @@ impl JsonClient {
 
     /// GETs `{root}{path}` and parses the JSON reply.
     pub async fn get_json(&self, root: &str, path: &str) -> Result<Value, BackendError> {
-        let mut request = self
-            .client
-            .get(format!("{root}{path}"))
-            .timeout(self.timeout);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request.send().await.map_err(|e| self.transport_error(e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
+        let request = self.client.get(format!("{root}{path}"));
+        self.json(self.send(request, self.timeout.min(PROBE_TIMEOUT)).await?)
             .await
-            .map_err(|e| self.transport_error(e))?;
-        if !status.is_success() {
-            return Err(BackendError::Status {
-                url: self.base_url.clone(),
-                status: status.as_u16(),
-                message: error_message(&bytes),
-            });
-        }
-        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
     }
 
-    /// GETs `{root}{path}` and succeeds on any 2xx status.
+    /// GETs `{root}{path}` and succeeds on any 2xx status (health probes: a short timeout).
     pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
-        let mut request = self
-            .client
-            .get(format!("{root}{path}"))
-            .timeout(self.timeout);
+        let request = self.client.get(format!("{root}{path}"));
+        self.send(request, self.timeout.min(PROBE_TIMEOUT))
+            .await
+            .map(drop)
+    }
+
+    /// Sends with the API key and `timeout`; a non-2xx status becomes [`BackendError::Status`]
+    /// with the message of the server's error body.
+    async fn send(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, BackendError> {
+        request = request.timeout(timeout);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
         let response = request.send().await.map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
-            Ok(())
-        } else {
-            let bytes = response.bytes().await.unwrap_or_default();
-            Err(BackendError::Status {
-                url: self.base_url.clone(),
-                status: status.as_u16(),
-                message: error_message(&bytes),
-            })
+            return Ok(response);
         }
+        let bytes = response.bytes().await.unwrap_or_default();
+        Err(BackendError::Status {
+            url: self.base_url.clone(),
+            status: status.as_u16(),
+            message: error_message(&bytes),
+        })
+    }
+
+    async fn json(&self, response: reqwest::Response) -> Result<Value, BackendError> {
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
     }
 
     pub fn protocol(&self, reason: impl Into<String>) -> BackendError {
