@@ -1,7 +1,7 @@
 //! The HTTP plumbing the JSON backends share: requests with timeouts, auth and error mapping,
 //! and server-sent-event parsing.
 
-use super::BackendError;
+use super::{BackendError, EventStream, StreamEvent};
 use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
@@ -158,6 +158,45 @@ pub(crate) fn set_present<'k>(
 pub(crate) fn server_root(base_url: &str) -> String {
     let trimmed = base_url.trim_end_matches('/');
     trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string()
+}
+
+/// Turns a backend's SSE reply into sample events: `on_chunk` maps each JSON chunk to events;
+/// an `{"error": ...}` chunk becomes an error; the stream ends after the first finish or error
+/// (so the connection is closed, and the backend's work cancelled, as soon as it is dropped).
+pub(crate) fn event_stream<S, F>(http: JsonClient, bytes: S, mut on_chunk: F) -> EventStream
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, String>> + Send + 'static,
+    F: FnMut(&Value) -> Result<Vec<StreamEvent>, BackendError> + Send + 'static,
+{
+    use futures::StreamExt;
+    let mut ended = false;
+    let events = sse_events(bytes)
+        .map(move |chunk| -> Vec<Result<StreamEvent, BackendError>> {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => return vec![Err(http.protocol(e))],
+            };
+            if let Some(error) = chunk.get("error") {
+                return vec![Err(BackendError::Status {
+                    url: http.base_url.clone(),
+                    status: error["code"].as_u64().unwrap_or(500) as u16,
+                    message: error["message"]
+                        .as_str()
+                        .map_or_else(|| error.to_string(), str::to_string),
+                })];
+            }
+            match on_chunk(&chunk) {
+                Ok(events) => events.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            }
+        })
+        .flat_map(futures::stream::iter)
+        .take_while(move |event| {
+            let go = !ended;
+            ended |= matches!(event, Ok(StreamEvent::Finished { .. }) | Err(_));
+            std::future::ready(go)
+        });
+    Box::pin(events)
 }
 
 /// The JSON payloads of a server-sent-events stream (`data: {...}` lines; `[DONE]` ends it).

@@ -7,10 +7,12 @@
 //! string appears: llama-server drops the logprobs of a stop word's tokens, and the node needs
 //! one for every sampled token.
 
-use super::http::{JsonClient, server_root};
-use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use super::http::{JsonClient, event_stream, server_root};
+use super::{
+    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
+    StreamEvent,
+};
 use async_trait::async_trait;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -113,7 +115,7 @@ impl LlamaCppBackend {
         let mut logprobs = Vec::with_capacity(token_ids.len());
         let mut top = Vec::with_capacity(token_ids.len());
         for (id, entry) in token_ids.iter().zip(probabilities) {
-            let probability = self.probability(entry)?;
+            let probability = probability(&self.http, entry)?;
             if probability.id != *id {
                 return Err(self
                     .http
@@ -137,72 +139,60 @@ impl LlamaCppBackend {
         Ok(generation)
     }
 
-    /// One sample streamed token by token, cut by the first stop string in its text.
-    async fn complete_watching_stops(
-        &self,
-        request: &GenerateRequest,
-    ) -> Result<Generation, BackendError> {
-        let stream = self
+    /// One sample streamed token by token, ended by the proxy at the first stop string in
+    /// its text (llama-server gets no stop words, so every token keeps its probability).
+    async fn stream_one(&self, request: &GenerateRequest) -> Result<EventStream, BackendError> {
+        let bytes = self
             .http
             .post_stream(&self.root, "/completion", &Self::body(request, true))
             .await?;
-        let mut events = std::pin::pin!(super::http::sse_events(stream));
-        let mut generation = Generation::new(Vec::new(), Vec::new(), FinishReason::Length);
-        let mut top = Vec::new();
+        let http = self.http.clone();
+        let stops = request.params.stop.clone();
+        let want_top = request.params.top_logprobs.is_some();
         let mut text = String::new();
-        while let Some(event) = events.next().await {
-            let event = event.map_err(|e| self.http.protocol(e))?;
-            if let Some(error) = event.get("error") {
-                return Err(self.http.protocol(format!("stream error: {error}")));
-            }
+        let mut last_token = None;
+        Ok(event_stream(self.http.clone(), bytes, move |chunk| {
             // Every sampled token, the end-of-generation one included, comes with its
-            // probability in its own event.
-            for entry in event["completion_probabilities"]
+            // probability in its own chunk.
+            let mut tokens = (Vec::new(), Vec::new(), Vec::new());
+            for entry in chunk["completion_probabilities"]
                 .as_array()
                 .into_iter()
                 .flatten()
             {
-                let probability = self.probability(entry)?;
-                generation.token_ids.push(probability.id);
-                generation.logprobs.push(probability.logprob);
-                top.push(probability.alternatives);
+                let probability = probability(&http, entry)?;
+                tokens.0.push(probability.id);
+                tokens.1.push(probability.logprob);
+                tokens.2.push(probability.alternatives);
             }
-            let piece = event["content"].as_str().unwrap_or("");
+            last_token = tokens.0.last().copied().or(last_token);
+            let mut events = Vec::new();
+            if !tokens.0.is_empty() {
+                events.push(StreamEvent::Tokens {
+                    token_ids: tokens.0,
+                    logprobs: tokens.1,
+                    top_logprobs: want_top.then_some(tokens.2),
+                });
+            }
+            let piece = chunk["content"].as_str().unwrap_or("");
             text.push_str(piece);
-            if let Some(stop) = completed_stop(&text, piece.len(), &request.params.stop) {
-                // Dropping the stream closes the connection, which cancels the generation.
-                generation.finish_reason = FinishReason::Stop;
-                generation.stop = Some(StopMatch::Text(stop.clone()));
-                break;
+            if let Some(stop) = completed_stop(&text, piece.len(), &stops) {
+                events.push(StreamEvent::Finished {
+                    finish_reason: FinishReason::Stop,
+                    stop: Some(StopMatch::Text(stop.clone())),
+                    weight_version: None,
+                    cached_tokens: None,
+                });
+            } else if chunk["stop"].as_bool() == Some(true) {
+                events.push(StreamEvent::Finished {
+                    finish_reason: finish_reason(chunk),
+                    stop: stop_match(chunk, last_token),
+                    weight_version: None,
+                    cached_tokens: chunk["tokens_cached"].as_u64().map(|n| n as u32),
+                });
             }
-            if event["stop"].as_bool() == Some(true) {
-                generation.finish_reason = finish_reason(&event);
-                generation.stop = stop_match(&event, generation.token_ids.last().copied());
-                generation.cached_tokens = event["tokens_cached"].as_u64().map(|n| n as u32);
-                break;
-            }
-        }
-        generation.top_logprobs = request.params.top_logprobs.map(|_| top);
-        Ok(generation)
-    }
-
-    fn probability(&self, entry: &Value) -> Result<Probability, BackendError> {
-        let (Some(id), Some(logprob)) = (entry["id"].as_u64(), entry["logprob"].as_f64()) else {
-            return Err(self
-                .http
-                .protocol("a probability entry lacks id or logprob"));
-        };
-        let alternatives = entry["top_logprobs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| Some((a["id"].as_u64()? as u32, a["logprob"].as_f64()? as f32)))
-            .collect();
-        Ok(Probability {
-            id: id as u32,
-            logprob: logprob as f32,
-            alternatives,
-        })
+            Ok(events)
+        }))
     }
 
     /// The server's slot count (`total_slots` in `GET /props`; 1 when it does not say).
@@ -300,13 +290,38 @@ impl Backend for LlamaCppBackend {
             if single.params.stop.is_empty() {
                 self.complete(&single).await
             } else {
-                self.complete_watching_stops(&single).await
+                super::collect(&self.http.base_url, self.stream_one(&single).await?).await
             }
         });
         futures::future::try_join_all(samples).await
     }
 
+    async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<EventStream, BackendError> {
+        self.stream_one(request).await
+    }
+
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
     }
+}
+
+/// One `completion_probabilities` entry.
+fn probability(http: &JsonClient, entry: &Value) -> Result<Probability, BackendError> {
+    let (Some(id), Some(logprob)) = (entry["id"].as_u64(), entry["logprob"].as_f64()) else {
+        return Err(http.protocol("a probability entry lacks id or logprob"));
+    };
+    let alternatives = entry["top_logprobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| Some((a["id"].as_u64()? as u32, a["logprob"].as_f64()? as f32)))
+        .collect();
+    Ok(Probability {
+        id: id as u32,
+        logprob: logprob as f32,
+        alternatives,
+    })
 }

@@ -119,6 +119,75 @@ impl Generation {
     }
 }
 
+/// A piece of one streamed sample.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// Tokens sampled since the previous event, with the backend's logprobs.
+    Tokens {
+        token_ids: Vec<u32>,
+        logprobs: Vec<f32>,
+        top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+    },
+    /// The sample ended (the fields of a [`Generation`] other than its tokens).
+    Finished {
+        finish_reason: FinishReason,
+        stop: Option<StopMatch>,
+        weight_version: Option<String>,
+        cached_tokens: Option<u32>,
+    },
+}
+
+/// Events of one streamed sample; dropping it cancels the backend request.
+pub type EventStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<StreamEvent, BackendError>> + Send>>;
+
+impl Generation {
+    /// Adds a streamed event to a sample being assembled.
+    pub fn apply(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::Tokens {
+                token_ids,
+                logprobs,
+                top_logprobs,
+            } => {
+                self.token_ids.extend(token_ids);
+                self.logprobs.extend(logprobs);
+                if let Some(top) = top_logprobs {
+                    self.top_logprobs.get_or_insert_with(Vec::new).extend(top);
+                }
+            }
+            StreamEvent::Finished {
+                finish_reason,
+                stop,
+                weight_version,
+                cached_tokens,
+            } => {
+                self.finish_reason = finish_reason;
+                self.stop = stop;
+                self.weight_version = weight_version;
+                self.cached_tokens = cached_tokens;
+            }
+        }
+    }
+
+    /// The sample as stream events: its tokens, then its finish.
+    pub fn into_events(self) -> Vec<StreamEvent> {
+        vec![
+            StreamEvent::Tokens {
+                token_ids: self.token_ids,
+                logprobs: self.logprobs,
+                top_logprobs: self.top_logprobs,
+            },
+            StreamEvent::Finished {
+                finish_reason: self.finish_reason,
+                stop: self.stop,
+                weight_version: self.weight_version,
+                cached_tokens: self.cached_tokens,
+            },
+        ]
+    }
+}
+
 /// A client for one inference server.
 #[async_trait]
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -126,8 +195,41 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn base_url(&self) -> &str;
     /// Generates `request.n` samples; all or nothing.
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError>;
+    /// Streams one sample (`request.n` is 1) token by token as the backend produces it.
+    /// Servers that cannot stream ids (the OpenAI text backend) keep this default, which
+    /// delivers the whole sample at once.
+    async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<EventStream, BackendError> {
+        let mut generations = self.generate(request).await?;
+        let generation = generations.pop().ok_or_else(|| BackendError::Protocol {
+            url: self.base_url().to_string(),
+            reason: "no sample returned".into(),
+        })?;
+        Ok(Box::pin(futures::stream::iter(
+            generation.into_events().into_iter().map(Ok),
+        )))
+    }
     /// Checks that the server answers its health endpoint.
     async fn health(&self) -> Result<(), BackendError>;
+}
+
+/// Assembles a streamed sample; an error if the stream ends before the sample finished.
+pub async fn collect(url: &str, mut events: EventStream) -> Result<Generation, BackendError> {
+    use futures::StreamExt;
+    let mut generation = Generation::new(Vec::new(), Vec::new(), FinishReason::Length);
+    while let Some(event) = events.next().await {
+        let finished = matches!(event, Ok(StreamEvent::Finished { .. }));
+        generation.apply(event?);
+        if finished {
+            return Ok(generation);
+        }
+    }
+    Err(BackendError::Protocol {
+        url: url.to_string(),
+        reason: "the stream ended before the sample finished".into(),
+    })
 }
 
 /// The standard clients: one per [`BackendKind`].

@@ -1,7 +1,10 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
-use super::http::{JsonClient, server_root, set_present};
-use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use super::http::{JsonClient, event_stream, server_root, set_present};
+use super::{
+    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
+    StreamEvent,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -47,14 +50,18 @@ impl SglangBackend {
         })
     }
 
-    fn parse_output(&self, output: &Value, want_top: bool) -> Result<Generation, BackendError> {
+    fn parse_output(
+        http: &JsonClient,
+        output: &Value,
+        want_top: bool,
+    ) -> Result<Generation, BackendError> {
         let meta = &output["meta_info"];
         let finish = &meta["finish_reason"];
         let finish_reason = match finish["type"].as_str() {
             Some("length") => FinishReason::Length,
             Some("abort") => {
                 return Err(BackendError::Aborted {
-                    url: self.http.base_url.clone(),
+                    url: http.base_url.clone(),
                     message: finish["message"].as_str().unwrap_or("aborted").to_string(),
                 });
             }
@@ -67,14 +74,12 @@ impl SglangBackend {
         };
         let pairs = meta["output_token_logprobs"]
             .as_array()
-            .ok_or_else(|| self.http.protocol("meta_info has no output_token_logprobs"))?;
+            .ok_or_else(|| http.protocol("meta_info has no output_token_logprobs"))?;
         let mut token_ids = Vec::with_capacity(pairs.len());
         let mut logprobs = Vec::with_capacity(pairs.len());
         for pair in pairs {
             let (Some(lp), Some(id)) = (pair[0].as_f64(), pair[1].as_u64()) else {
-                return Err(self
-                    .http
-                    .protocol("output_token_logprobs entry is not [logprob, id, text]"));
+                return Err(http.protocol("output_token_logprobs entry is not [logprob, id, text]"));
             };
             logprobs.push(lp as f32);
             token_ids.push(id as u32);
@@ -86,9 +91,7 @@ impl SglangBackend {
                     .zip(&token_ids)
                     .any(|(a, b)| a.as_u64() != Some(u64::from(*b))))
         {
-            return Err(self
-                .http
-                .protocol("output_ids disagree with output_token_logprobs"));
+            return Err(http.protocol("output_ids disagree with output_token_logprobs"));
         }
         let top_logprobs = want_top.then(|| {
             meta["output_top_logprobs"]
@@ -138,8 +141,53 @@ impl Backend for SglangBackend {
         let want_top = request.params.top_logprobs.is_some();
         outputs
             .iter()
-            .map(|o| self.parse_output(o, want_top))
+            .map(|o| Self::parse_output(&self.http, o, want_top))
             .collect()
+    }
+
+    async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<EventStream, BackendError> {
+        let mut body = Self::body(request);
+        body["stream"] = json!(true);
+        let bytes = self
+            .http
+            .post_stream(&self.root, "/generate", &body)
+            .await?;
+        let http = self.http.clone();
+        let want_top = request.params.top_logprobs.is_some();
+        let mut seen = 0usize;
+        Ok(event_stream(self.http.clone(), bytes, move |chunk| {
+            let so_far = Self::parse_output(&http, chunk, want_top)?;
+            // Chunks are cumulative by default and deltas with --incremental-streaming-output;
+            // completion_tokens (the total so far) tells how many of them are new either way.
+            let total = chunk["meta_info"]["completion_tokens"]
+                .as_u64()
+                .map_or(so_far.token_ids.len(), |n| n as usize);
+            let fresh = total.saturating_sub(seen);
+            let start = so_far
+                .token_ids
+                .len()
+                .checked_sub(fresh)
+                .ok_or_else(|| http.protocol("stream chunk has fewer tokens than it counts"))?;
+            seen = total;
+            let mut events = Vec::new();
+            if fresh > 0 {
+                events.push(StreamEvent::Tokens {
+                    token_ids: so_far.token_ids[start..].to_vec(),
+                    logprobs: so_far.logprobs[start..].to_vec(),
+                    top_logprobs: so_far
+                        .top_logprobs
+                        .as_ref()
+                        .map(|t| t.get(start..).unwrap_or_default().to_vec()),
+                });
+            }
+            if !chunk["meta_info"]["finish_reason"].is_null() {
+                events.push(so_far.into_events().pop().expect("a finish event"));
+            }
+            Ok(events)
+        }))
     }
 
     async fn health(&self) -> Result<(), BackendError> {
@@ -161,7 +209,7 @@ mod tests {
             "finish_reason": {"type": "stop", "matched": 4}, "weight_version": "v7",
             "output_token_logprobs": [[-0.5, 3, null], [-0.1, 4, null]],
             "output_top_logprobs": [[[-0.5, 3, null], [-2.0, 8, null]], [[-0.1, 4, null]]]}});
-        let g = backend().parse_output(&output, true).unwrap();
+        let g = SglangBackend::parse_output(&backend().http, &output, true).unwrap();
         assert_eq!(g.token_ids, vec![3, 4]);
         assert_eq!(g.logprobs, vec![-0.5, -0.1]);
         assert_eq!(g.stop, Some(StopMatch::Token(4)));
@@ -174,11 +222,11 @@ mod tests {
         let aborted = json!({"meta_info": {"finish_reason": {"type": "abort", "message": "paused"},
             "output_token_logprobs": []}});
         assert!(matches!(
-            backend().parse_output(&aborted, false),
+            SglangBackend::parse_output(&backend().http, &aborted, false),
             Err(BackendError::Aborted { .. })
         ));
         let mismatched = json!({"output_ids": [9], "meta_info": {"finish_reason": {"type": "length", "length": 1},
             "output_token_logprobs": [[-0.5, 3, null]]}});
-        assert!(backend().parse_output(&mismatched, false).is_err());
+        assert!(SglangBackend::parse_output(&backend().http, &mismatched, false).is_err());
     }
 }

@@ -1,8 +1,11 @@
 //! vLLM: the tokens-in `POST /inference/v1/generate` when the server has it (probed once via
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
-use super::http::{JsonClient, server_root, set_present};
-use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use super::http::{JsonClient, event_stream, server_root, set_present};
+use super::{
+    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
+    StreamEvent,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -96,26 +99,27 @@ impl VllmBackend {
     }
 
     /// A `/v1/completions` choice (legacy logprobs: parallel arrays, `token_id:N` keys).
-    fn parse_choice(&self, choice: &Value, want_top: bool) -> Result<Generation, BackendError> {
+    fn parse_choice(
+        http: &JsonClient,
+        choice: &Value,
+        want_top: bool,
+    ) -> Result<Generation, BackendError> {
         let logprobs = &choice["logprobs"];
         let token_ids: Vec<u32> = match choice.get("token_ids").filter(|v| !v.is_null()) {
             Some(ids) => serde_json::from_value(ids.clone())
-                .map_err(|e| self.http.protocol(format!("token_ids: {e}")))?,
+                .map_err(|e| http.protocol(format!("token_ids: {e}")))?,
             // Servers before return_token_ids still name each token "token_id:N".
             None => logprobs["tokens"]
                 .as_array()
-                .ok_or_else(|| {
-                    self.http
-                        .protocol("choice has neither token_ids nor logprobs.tokens")
-                })?
+                .ok_or_else(|| http.protocol("choice has neither token_ids nor logprobs.tokens"))?
                 .iter()
                 .map(|t| parse_token_key(t.as_str().unwrap_or("")))
                 .collect::<Option<Vec<u32>>>()
-                .ok_or_else(|| self.http.protocol("logprobs.tokens are not token_id:N"))?,
+                .ok_or_else(|| http.protocol("logprobs.tokens are not token_id:N"))?,
         };
         let values: Vec<f32> = logprobs["token_logprobs"]
             .as_array()
-            .ok_or_else(|| self.http.protocol("choice has no logprobs.token_logprobs"))?
+            .ok_or_else(|| http.protocol("choice has no logprobs.token_logprobs"))?
             .iter()
             .map(|v| v.as_f64().unwrap_or(-9999.0) as f32)
             .collect();
@@ -134,20 +138,20 @@ impl VllmBackend {
                 })
                 .collect()
         });
-        self.finish(choice, token_ids, values, top_logprobs)
+        Self::finish(http, choice, token_ids, values, top_logprobs)
     }
 
     /// A `/inference/v1/generate` choice (chat-style logprobs `content` list).
     fn parse_generate_choice(
-        &self,
+        http: &JsonClient,
         choice: &Value,
         want_top: bool,
     ) -> Result<Generation, BackendError> {
         let token_ids: Vec<u32> = serde_json::from_value(choice["token_ids"].clone())
-            .map_err(|e| self.http.protocol(format!("token_ids: {e}")))?;
+            .map_err(|e| http.protocol(format!("token_ids: {e}")))?;
         let content = choice["logprobs"]["content"]
             .as_array()
-            .ok_or_else(|| self.http.protocol("choice has no logprobs.content"))?;
+            .ok_or_else(|| http.protocol("choice has no logprobs.content"))?;
         let values = content
             .iter()
             .map(|c| c["logprob"].as_f64().unwrap_or(-9999.0) as f32)
@@ -170,18 +174,18 @@ impl VllmBackend {
                 })
                 .collect()
         });
-        self.finish(choice, token_ids, values, top_logprobs)
+        Self::finish(http, choice, token_ids, values, top_logprobs)
     }
 
     fn finish(
-        &self,
+        http: &JsonClient,
         choice: &Value,
         token_ids: Vec<u32>,
         logprobs: Vec<f32>,
         top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
     ) -> Result<Generation, BackendError> {
         if logprobs.len() != token_ids.len() {
-            return Err(self.http.protocol(format!(
+            return Err(http.protocol(format!(
                 "{} token ids but {} logprobs",
                 token_ids.len(),
                 logprobs.len()
@@ -244,8 +248,8 @@ impl Backend for VllmBackend {
             .iter()
             .map(|c| {
                 let mut generation = match endpoint {
-                    Endpoint::Generate => self.parse_generate_choice(c, want_top),
-                    Endpoint::Completions => self.parse_choice(c, want_top),
+                    Endpoint::Generate => Self::parse_generate_choice(&self.http, c, want_top),
+                    Endpoint::Completions => Self::parse_choice(&self.http, c, want_top),
                 }?;
                 if generation.weight_version.is_none() {
                     generation.weight_version = version.map(str::to_string);
@@ -257,6 +261,40 @@ impl Backend for VllmBackend {
                 Ok(generation)
             })
             .collect()
+    }
+
+    async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<EventStream, BackendError> {
+        let endpoint = self.endpoint().await;
+        let (path, mut body) = match endpoint {
+            Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
+            Endpoint::Completions => (COMPLETIONS_PATH, self.completions_body(request)),
+        };
+        body["stream"] = json!(true);
+        let bytes = self.http.post_stream(&self.root, path, &body).await?;
+        let http = self.http.clone();
+        let want_top = request.params.top_logprobs.is_some();
+        Ok(event_stream(self.http.clone(), bytes, move |chunk| {
+            // A usage-only chunk has no choices.
+            let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
+                return Ok(Vec::new());
+            };
+            let delta = match endpoint {
+                Endpoint::Generate => Self::parse_generate_choice(&http, choice, want_top),
+                Endpoint::Completions => Self::parse_choice(&http, choice, want_top),
+            }?;
+            let has_tokens = !delta.token_ids.is_empty();
+            let finished = !choice["finish_reason"].is_null();
+            let [tokens, finish] =
+                <[StreamEvent; 2]>::try_from(delta.into_events()).expect("tokens and finish");
+            Ok(has_tokens
+                .then_some(tokens)
+                .into_iter()
+                .chain(finished.then_some(finish))
+                .collect())
+        }))
     }
 
     async fn health(&self) -> Result<(), BackendError> {
@@ -278,7 +316,7 @@ mod tests {
             "token_ids": [5, 7],
             "logprobs": {"token_logprobs": [-0.5, -0.25], "tokens": ["token_id:5", "token_id:7"],
                 "top_logprobs": [{"token_id:5": -0.5, "token_id:9": -1.5}, {"token_id:7": -0.25}]}});
-        let g = backend().parse_choice(&choice, true).unwrap();
+        let g = VllmBackend::parse_choice(&backend().http, &choice, true).unwrap();
         assert_eq!(g.token_ids, vec![5, 7]);
         assert_eq!(g.logprobs, vec![-0.5, -0.25]);
         assert_eq!(g.top_logprobs.unwrap()[0], vec![(5, -0.5), (9, -1.5)]);
@@ -290,12 +328,12 @@ mod tests {
     fn servers_without_return_token_ids_are_read_from_token_keys() {
         let choice = json!({"index": 0, "finish_reason": "length", "stop_reason": null,
             "logprobs": {"token_logprobs": [-0.1], "tokens": ["token_id:42"], "top_logprobs": null}});
-        let g = backend().parse_choice(&choice, false).unwrap();
+        let g = VllmBackend::parse_choice(&backend().http, &choice, false).unwrap();
         assert_eq!(g.token_ids, vec![42]);
         assert_eq!(g.finish_reason, FinishReason::Length);
         let broken =
             json!({"logprobs": {"token_logprobs": [-0.1, -0.2], "tokens": ["token_id:1"]}});
-        assert!(backend().parse_choice(&broken, false).is_err());
+        assert!(VllmBackend::parse_choice(&backend().http, &broken, false).is_err());
     }
 
     #[test]
@@ -333,7 +371,7 @@ mod tests {
                 {"token": "token_id:12095", "logprob": -0.12, "bytes": null,
                  "top_logprobs": [{"token": "token_id:12095", "logprob": -0.12, "bytes": null}]},
                 {"token": "token_id:151645", "logprob": -0.01, "bytes": null, "top_logprobs": []}]}});
-        let g = backend().parse_generate_choice(&choice, true).unwrap();
+        let g = VllmBackend::parse_generate_choice(&backend().http, &choice, true).unwrap();
         assert_eq!(g.token_ids, vec![12095, 151645]);
         assert_eq!(g.logprobs, vec![-0.12, -0.01]);
         assert_eq!(g.finish_reason, FinishReason::Length);
