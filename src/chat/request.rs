@@ -10,9 +10,6 @@ pub const MAX_N: u32 = 128;
 /// Most alternatives per position (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
-/// Why `stream: true` is refused (streaming is not implemented yet).
-pub const NO_STREAMING: &str = "stream=true is not supported by this build; send stream=false";
-
 /// `stop` as a string or a list of strings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -53,7 +50,15 @@ pub struct ChatCompletionBody {
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u32>,
     pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
     pub add_generation_prompt: Option<bool>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
 }
 
 /// What `tool_choice` asks for.
@@ -76,6 +81,10 @@ pub struct ChatRequest {
     pub params: SamplingParams,
     pub n: u32,
     pub logprobs: bool,
+    /// Reply as server-sent events, token by token.
+    pub stream: bool,
+    /// With `stream`: a final chunk carries the usage.
+    pub include_usage: bool,
 }
 
 /// Why a request body cannot be served.
@@ -98,8 +107,11 @@ impl ChatRequest {
         if body.messages.is_empty() {
             return Err(RequestError::EmptyMessages);
         }
-        if body.stream == Some(true) {
-            return Err(RequestError::Invalid(NO_STREAMING.into()));
+        let stream = body.stream.unwrap_or(false);
+        if stream && body.n.unwrap_or(1) != 1 {
+            return Err(RequestError::Invalid(
+                "stream=true supports n=1 only".into(),
+            ));
         }
         let messages = body
             .messages
@@ -159,6 +171,8 @@ impl ChatRequest {
             },
             n,
             logprobs,
+            stream,
+            include_usage: body.stream_options.unwrap_or_default().include_usage,
         })
     }
 

@@ -53,6 +53,9 @@ pub async fn completions(
 ) -> Result<HttpResponse, ApiError> {
     let (session, request) = parse(&state, path, payload).await?;
     let parser = parser_for(&session.options.tool_parser).expect("validated at session creation");
+    if request.stream {
+        return super::stream::respond(state, session, request, parser).await;
+    }
     // Held for the whole turn: requests on one session are serialised.
     let mut guard = session.state.lock().await;
     let mut plan = turn::prepare(&state.turn, &guard, &request, session.options.history)?;

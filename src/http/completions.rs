@@ -7,7 +7,7 @@ use super::body::read_json;
 use super::response::{ChoiceReply, envelope, sampled_choice, visible_text};
 use super::{ApiError, AppState};
 use crate::backend::{GenerateRequest, SamplingParams};
-use crate::chat::request::{MAX_N, NO_STREAMING, StopField};
+use crate::chat::request::{MAX_N, StopField};
 use crate::session::SessionState;
 use crate::turn::segments::generation_check;
 use crate::turn::{self, Base, Plan};
@@ -47,7 +47,9 @@ pub async fn completions(
     let session = state.session(&path.into_inner())?;
     let body: CompletionBody = read_json(payload, state.max_body_bytes).await?;
     if body.stream == Some(true) {
-        return Err(ApiError::bad_request(NO_STREAMING));
+        return Err(ApiError::bad_request(
+            "stream=true is not supported on /v1/completions; use the chat endpoint to stream",
+        ));
     }
     let n = body.n.unwrap_or(1);
     if n == 0 || n > MAX_N {

@@ -10,10 +10,11 @@ mod completions;
 pub mod error;
 mod response;
 mod sessions;
+mod stream;
 
 pub use error::ApiError;
 
-use crate::backend::{GenerateRequest, Pool, Route, pool::Sampled};
+use crate::backend::{EventStream, GenerateRequest, Pool, Route, pool::Sampled};
 use crate::session::{Session, SessionStore};
 use crate::turn::TurnContext;
 use actix_web::{App, HttpServer, web};
@@ -53,16 +54,38 @@ async fn sample(
     request: &GenerateRequest,
 ) -> Result<Sampled, ApiError> {
     let previous = session.backend();
-    let route = match &session.options.base_url {
-        Some(url) => Route::Pinned(url),
-        None => Route::Prefer(previous.as_deref()),
-    };
-    let sampled = state.backends.generate(request, route).await?;
+    let sampled = state
+        .backends
+        .generate(request, route(session, previous.as_deref()))
+        .await?;
     if let Some(used) = sampled.backends.first() {
         state.backends.record_affinity(previous.as_deref(), used);
         session.set_backend(used.clone());
     }
     Ok(sampled)
+}
+
+/// Like [`sample`], for one streamed sample.
+async fn sample_stream(
+    state: &AppState,
+    session: &Session,
+    request: &GenerateRequest,
+) -> Result<(EventStream, Arc<str>), ApiError> {
+    let previous = session.backend();
+    let (events, used) = state
+        .backends
+        .generate_stream(request, route(session, previous.as_deref()))
+        .await?;
+    state.backends.record_affinity(previous.as_deref(), &used);
+    session.set_backend(used.clone());
+    Ok((events, used))
+}
+
+fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
+    match &session.options.base_url {
+        Some(url) => Route::Pinned(url),
+        None => Route::Prefer(previous),
+    }
 }
 
 /// Registers every route on an actix app.

@@ -74,7 +74,8 @@ pub fn shape_choice(
     }
 }
 
-fn new_call_id() -> String {
+/// A fresh tool-call id.
+pub fn new_call_id() -> String {
     format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
 }
 

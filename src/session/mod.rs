@@ -61,7 +61,8 @@ pub struct Session {
     num_nodes: AtomicUsize,
     /// The backend the session's last turn ran on (its prefix cache is there).
     backend: std::sync::Mutex<Option<Arc<str>>>,
-    pub state: tokio::sync::Mutex<SessionState>,
+    /// Shared so a streamed turn can hold the lock in the task that drives it.
+    pub state: Arc<tokio::sync::Mutex<SessionState>>,
 }
 
 impl Session {
@@ -74,7 +75,7 @@ impl Session {
             last_accessed_ms: AtomicU64::new((now * 1000.0) as u64),
             num_nodes: AtomicUsize::new(0),
             backend: std::sync::Mutex::new(None),
-            state: tokio::sync::Mutex::new(SessionState::default()),
+            state: Arc::new(tokio::sync::Mutex::new(SessionState::default())),
         }
     }
 

@@ -77,6 +77,13 @@ impl Tokenizer {
         self.inner.decode(ids, true).unwrap_or_default()
     }
 
+    /// An incremental decoder of visible text (special tokens left out) for streaming: each
+    /// [`TextStream::push`] returns the text the new ids complete, holding back an incomplete
+    /// UTF-8 sequence until its last byte arrives.
+    pub fn text_stream(&self) -> TextStream<'_> {
+        TextStream(self.inner.decode_stream(true))
+    }
+
     /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
@@ -90,5 +97,30 @@ impl Tokenizer {
     /// The text a special token stands for (its content), if `id` is one.
     pub fn special_token_text(&self, id: u32) -> Option<&str> {
         self.special.get(&id).map(String::as_str)
+    }
+}
+
+/// See [`Tokenizer::text_stream`].
+pub struct TextStream<'a>(
+    tokenizers::DecodeStream<
+        'a,
+        tokenizers::ModelWrapper,
+        tokenizers::NormalizerWrapper,
+        tokenizers::PreTokenizerWrapper,
+        tokenizers::PostProcessorWrapper,
+        tokenizers::DecoderWrapper,
+    >,
+);
+
+impl TextStream<'_> {
+    /// The text completed by `ids`.
+    pub fn push(&mut self, ids: &[u32]) -> String {
+        let mut text = String::new();
+        for &id in ids {
+            if let Ok(Some(piece)) = self.0.step(id) {
+                text.push_str(&piece);
+            }
+        }
+        text
     }
 }

@@ -23,6 +23,14 @@ impl ToolParser for HermesParser {
         "hermes"
     }
 
+    fn call_start(&self) -> &'static str {
+        OPEN
+    }
+
+    fn call_end(&self) -> &'static str {
+        CLOSE
+    }
+
     fn parse(&self, text: &str, allowed: &[String]) -> ParsedOutput {
         let mut calls = Vec::new();
         let mut content = String::with_capacity(text.len());

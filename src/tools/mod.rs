@@ -4,6 +4,7 @@
 //! implements [`ToolParser`]; sessions pick one by name at creation.
 
 mod hermes;
+pub mod streaming;
 
 pub use hermes::HermesParser;
 
@@ -32,6 +33,10 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     /// Extracts calls to the `allowed` tool names; everything else stays content, byte-intact.
     fn parse(&self, text: &str, allowed: &[String]) -> ParsedOutput;
+    /// The text that opens a call (`<tool_call>`): streamed text is held from here on.
+    fn call_start(&self) -> &'static str;
+    /// The text that closes a call (`</tool_call>`).
+    fn call_end(&self) -> &'static str;
 }
 
 /// Names accepted by `POST /sessions/create`'s `tool_parser`.

@@ -11,7 +11,8 @@ mod member;
 pub use member::Member;
 use member::Reserve;
 
-use super::{BackendConfig, BackendError, GenerateRequest, Generation, PoolSettings};
+use super::{BackendConfig, BackendError, EventStream, GenerateRequest, Generation, PoolSettings};
+use futures::StreamExt;
 use member::is_retryable;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -44,7 +45,7 @@ pub struct Pool {
     factory: ClientFactory,
     members: RwLock<Arc<Vec<Arc<Member>>>>,
     waiting: AtomicUsize,
-    freed: Notify,
+    freed: Arc<Notify>,
     turns_with_history: AtomicU64,
     turns_on_same_backend: AtomicU64,
 }
@@ -59,15 +60,15 @@ impl std::fmt::Debug for Pool {
 
 /// A reserved request slot on one backend, given back when dropped (also when the request's
 /// future is dropped because the client went away).
-struct Lease<'p> {
-    pool: &'p Pool,
+struct Lease {
     member: Arc<Member>,
+    freed: Arc<Notify>,
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
         self.member.release();
-        self.pool.freed.notify_waiters();
+        self.freed.notify_waiters();
     }
 }
 
@@ -82,7 +83,7 @@ impl Pool {
             factory,
             members: RwLock::new(Arc::new(Vec::new())),
             waiting: AtomicUsize::new(0),
-            freed: Notify::new(),
+            freed: Arc::new(Notify::new()),
             turns_with_history: AtomicU64::new(0),
             turns_on_same_backend: AtomicU64::new(0),
         };
@@ -156,33 +157,68 @@ impl Pool {
         request: &GenerateRequest,
         route: Route<'_>,
     ) -> Result<(Vec<Generation>, Arc<str>), BackendError> {
+        let (generations, lease) = self
+            .with_failover(route, |member| async move {
+                member.client.generate(request).await
+            })
+            .await?;
+        if generations.len() != request.n as usize {
+            return Err(BackendError::Protocol {
+                url: lease.member.base_url().to_string(),
+                reason: format!("asked for {} samples, got {}", request.n, generations.len()),
+            });
+        }
+        Ok((generations, Arc::from(lease.member.base_url())))
+    }
+
+    /// Streams one sample. Failover applies until the stream is open; once the backend has
+    /// started sending, a failure ends the stream with an error. The backend's slot is held
+    /// until the stream is finished or dropped.
+    pub async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+        route: Route<'_>,
+    ) -> Result<(EventStream, Arc<str>), BackendError> {
+        let (events, lease) = self
+            .with_failover(route, |member| async move {
+                member.client.generate_stream(request).await
+            })
+            .await?;
+        let backend = Arc::from(lease.member.base_url());
+        let settings = self.settings.clone();
+        let events = events.inspect(move |event| {
+            if let Err(error) = event {
+                lease.member.record(&Err(error), &settings);
+            }
+        });
+        Ok((Box::pin(events), backend))
+    }
+
+    /// Runs `call` on a backend the route allows, retrying failures that happened before the
+    /// backend produced anything: first on the same backend, then elsewhere.
+    async fn with_failover<T, F, Fut>(
+        &self,
+        route: Route<'_>,
+        call: F,
+    ) -> Result<(T, Lease), BackendError>
+    where
+        F: Fn(Arc<Member>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, BackendError>>,
+    {
         let mut avoid: Option<Arc<Member>> = None;
         let mut attempt = 0;
         loop {
             let lease = self.acquire(route, avoid.as_ref()).await?;
-            let result = lease.member.client.generate(request).await;
+            let result = call(lease.member.clone()).await;
             lease
                 .member
                 .record(&result.as_ref().map(|_| ()), &self.settings);
             match result {
-                Ok(generations) if generations.len() == request.n as usize => {
-                    return Ok((generations, Arc::from(lease.member.base_url())));
-                }
-                Ok(generations) => {
-                    return Err(BackendError::Protocol {
-                        url: lease.member.base_url().to_string(),
-                        reason: format!(
-                            "asked for {} samples, got {}",
-                            request.n,
-                            generations.len()
-                        ),
-                    });
-                }
+                Ok(value) => return Ok((value, lease)),
                 Err(error) if is_retryable(&error) && attempt < self.settings.max_retries => {
                     attempt += 1;
                     lease.member.count_retry();
                     tracing::warn!(backend = %lease.member.base_url(), attempt, %error, "retrying request");
-                    // First retry on the same backend, later ones elsewhere.
                     if attempt >= 2 {
                         avoid = Some(lease.member.clone());
                     }
@@ -206,7 +242,7 @@ impl Pool {
         &self,
         route: Route<'_>,
         avoid: Option<&Arc<Member>>,
-    ) -> Result<Lease<'_>, BackendError> {
+    ) -> Result<Lease, BackendError> {
         let deadline =
             tokio::time::Instant::now() + Duration::from_secs_f64(self.settings.queue_timeout);
         loop {
@@ -215,7 +251,12 @@ impl Pool {
             tokio::pin!(freed);
             freed.as_mut().enable();
             match self.try_acquire(route, avoid)? {
-                Some(member) => return Ok(Lease { pool: self, member }),
+                Some(member) => {
+                    return Ok(Lease {
+                        member,
+                        freed: self.freed.clone(),
+                    });
+                }
                 None => {
                     let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
                     let _queued = Queued(&self.waiting);

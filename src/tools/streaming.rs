@@ -1,0 +1,176 @@
+//! Tool calls in a token stream: text is passed on as soon as it cannot be the start of a
+//! call's markup (or of a stop string); markup is held until its call is complete, then
+//! emitted as one call, in document order with the text around it.
+
+use super::{ParsedCall, ToolParser};
+use std::sync::Arc;
+
+/// A piece of streamed output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    Call(ParsedCall),
+}
+
+/// Splits streamed text into [`Piece`]s.
+#[derive(Debug)]
+pub struct CallStream {
+    /// `None` when calls are not parsed (no callable tools, or `tool_choice: none`).
+    parser: Option<Arc<dyn ToolParser>>,
+    allowed: Vec<String>,
+    stops: Vec<String>,
+    buffer: String,
+}
+
+impl CallStream {
+    pub fn new(
+        parser: Option<Arc<dyn ToolParser>>,
+        allowed: Vec<String>,
+        stops: Vec<String>,
+    ) -> Self {
+        Self {
+            parser,
+            allowed,
+            stops,
+            buffer: String::new(),
+        }
+    }
+
+    /// Adds streamed text; returns what can be emitted now.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buffer.push_str(text);
+        let mut pieces = Vec::new();
+        loop {
+            let markup = self
+                .parser
+                .as_ref()
+                .and_then(|p| self.buffer.find(p.call_start()).map(|at| (p.clone(), at)));
+            let Some((parser, at)) = markup else {
+                // No markup: keep back only what could still become markup or a stop string.
+                let keep = self.possible_prefix_len();
+                let emit: String = self.buffer.drain(..self.buffer.len() - keep).collect();
+                push_text(&mut pieces, emit);
+                return pieces;
+            };
+            let Some(end) = self.buffer[at..]
+                .find(parser.call_end())
+                .map(|e| at + e + parser.call_end().len())
+            else {
+                let before: String = self.buffer.drain(..at).collect();
+                push_text(&mut pieces, before);
+                return pieces;
+            };
+            let block: String = self.buffer.drain(..end).collect();
+            let parsed = parser.parse(&block, &self.allowed);
+            push_text(&mut pieces, parsed.content.unwrap_or_default());
+            pieces.extend(parsed.calls.into_iter().map(Piece::Call));
+        }
+    }
+
+    /// Ends the stream: the text before a matched stop string, and any unfinished markup as
+    /// text.
+    pub fn finish(&mut self, stop: Option<&str>) -> Vec<Piece> {
+        let mut rest = std::mem::take(&mut self.buffer);
+        if let Some(at) = stop.and_then(|s| rest.rfind(s)) {
+            rest.truncate(at);
+        }
+        let mut pieces = Vec::new();
+        push_text(&mut pieces, rest);
+        pieces
+    }
+
+    /// Length of the tail of the buffer that cannot be emitted yet: from a complete stop string
+    /// on (the backend ends the sample there), or the longest suffix that is a proper prefix of
+    /// the call markup or of a stop string.
+    fn possible_prefix_len(&self) -> usize {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.buffer.find(s.as_str()))
+            .min()
+        {
+            return self.buffer.len() - at;
+        }
+        let starts = self.parser.iter().map(|p| p.call_start());
+        starts
+            .chain(self.stops.iter().map(String::as_str))
+            .map(|signal| {
+                (1..signal.len().min(self.buffer.len() + 1))
+                    .rev()
+                    .find(|&n| signal.is_char_boundary(n) && self.buffer.ends_with(&signal[..n]))
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn push_text(pieces: &mut Vec<Piece>, text: String) {
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::HermesParser;
+
+    fn stream(stops: &[&str]) -> CallStream {
+        CallStream::new(
+            Some(Arc::new(HermesParser)),
+            vec!["search".into()],
+            stops.iter().map(|s| s.to_string()).collect(),
+        )
+    }
+
+    fn text(s: &str) -> Piece {
+        Piece::Text(s.into())
+    }
+
+    #[test]
+    fn text_flows_and_markup_is_held_until_closed() {
+        let mut s = stream(&[]);
+        assert_eq!(s.push("Use the <d"), vec![text("Use the <d")]);
+        assert_eq!(s.push("iv> tag <"), vec![text("iv> tag ")]);
+        assert_eq!(s.push("tool"), vec![]);
+        assert_eq!(
+            s.push("_call>{\"name\": \"search\", \"arguments\": {\"q\": 1}}"),
+            vec![]
+        );
+        let out = s.push("</tool_call> done");
+        assert_eq!(out.len(), 2);
+        assert!(
+            matches!(&out[0], Piece::Call(c) if c.name == "search" && c.arguments == "{\"q\": 1}")
+        );
+        assert_eq!(out[1], text(" done"));
+        assert_eq!(s.finish(None), vec![]);
+    }
+
+    #[test]
+    fn undeclared_calls_and_unclosed_markup_stay_text() {
+        let mut s = stream(&[]);
+        let block = "<tool_call>{\"name\": \"other\", \"arguments\": {}}</tool_call>";
+        assert_eq!(s.push(block), vec![text(block)]);
+        assert_eq!(s.push("<tool_call>{\"name\": \"sea"), vec![]);
+        assert_eq!(s.finish(None), vec![text("<tool_call>{\"name\": \"sea")]);
+    }
+
+    #[test]
+    fn stop_strings_are_held_and_cut() {
+        let mut s = stream(&["###"]);
+        assert_eq!(s.push("answer #"), vec![text("answer ")]);
+        assert_eq!(s.push("#"), vec![]);
+        assert_eq!(s.push("#"), vec![]);
+        assert_eq!(s.finish(Some("###")), vec![]);
+        let mut s = stream(&["###"]);
+        assert_eq!(s.push("a # b"), vec![text("a # b")]);
+    }
+
+    #[test]
+    fn no_parser_means_plain_text() {
+        let mut s = CallStream::new(None, Vec::new(), Vec::new());
+        let raw = "<tool_call>{\"name\": \"search\"}</tool_call>";
+        assert_eq!(s.push(raw), vec![text(raw)]);
+    }
+}
