@@ -81,6 +81,10 @@ struct Shared {
     requests: Vec<Value>,
     in_flight: usize,
     max_in_flight: usize,
+    /// Delay between streamed tokens.
+    token_delay_ms: u64,
+    /// Streams that the client closed before their end.
+    cancelled_streams: usize,
 }
 
 /// A running scripted upstream.
@@ -143,6 +147,16 @@ impl MockWorker {
         self.shared.lock().unwrap().requests.clone()
     }
 
+    /// Streams one token every `ms` milliseconds.
+    pub fn set_token_delay(&self, ms: u64) {
+        self.shared.lock().unwrap().token_delay_ms = ms;
+    }
+
+    /// How many streams the client (the proxy) closed before they ended.
+    pub fn cancelled_streams(&self) -> usize {
+        self.shared.lock().unwrap().cancelled_streams
+    }
+
     /// The most requests that were in progress at once.
     pub fn max_in_flight(&self) -> usize {
         self.shared.lock().unwrap().max_in_flight
@@ -182,6 +196,12 @@ async fn handle(
         shared.max_in_flight = shared.max_in_flight.max(shared.in_flight);
         shared.script.pop_front()
     };
+    if body["stream"] == true
+        && let Some(Reply::Samples(samples)) = &reply
+    {
+        shared.lock().unwrap().in_flight -= 1;
+        return stream_reply(shared.clone(), &samples[0], *wire);
+    }
     let response = respond(reply, &body, *wire).await;
     shared.lock().unwrap().in_flight -= 1;
     response
@@ -205,6 +225,79 @@ async fn respond(reply: Option<Reply>, body: &Value, wire: Wire) -> HttpResponse
         }
         Some(Reply::Samples(samples)) => samples_reply(body, &samples, wire),
     }
+}
+
+/// One SSE chunk per token, in the wire's streaming shape (SGLang: cumulative; vLLM: deltas).
+fn stream_chunks(sample: &Sample, wire: Wire) -> Vec<Value> {
+    let n = sample.ids.len();
+    (1..=n)
+        .map(|k| {
+            let last = k == n;
+            match wire {
+                Wire::Sglang => {
+                    let finish = if !last {
+                        Value::Null
+                    } else if sample.finish == "length" {
+                        json!({"type": "length", "length": n})
+                    } else {
+                        json!({"type": "stop", "matched": sample.matched})
+                    };
+                    json!({"text": "", "output_ids": sample.ids[..k], "meta_info": {
+                        "finish_reason": finish, "completion_tokens": k, "weight_version": "default",
+                        "output_token_logprobs": sample.ids[..k].iter().zip(&sample.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
+                    }})
+                }
+                _ => {
+                    let id = sample.ids[k - 1];
+                    let lp = sample.logprobs[k - 1];
+                    json!({"id": "cmpl-s", "object": "text_completion", "choices": [{"index": 0, "text": "",
+                        "logprobs": {"token_logprobs": [lp], "tokens": [format!("token_id:{id}")], "top_logprobs": [{format!("token_id:{id}"): lp}]},
+                        "token_ids": [id],
+                        "finish_reason": if last { json!(sample.finish) } else { Value::Null },
+                        "stop_reason": if last && sample.matched.is_string() { sample.matched.clone() } else { Value::Null }}]})
+                }
+            }
+        })
+        .collect()
+}
+
+/// Counts a stream as cancelled if it is dropped before its last chunk was sent.
+struct StreamGuard {
+    shared: Arc<Mutex<Shared>>,
+    done: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.lock().unwrap().cancelled_streams += 1;
+        }
+    }
+}
+
+fn stream_reply(shared: Arc<Mutex<Shared>>, sample: &Sample, wire: Wire) -> HttpResponse {
+    let delay = shared.lock().unwrap().token_delay_ms;
+    let mut lines: VecDeque<String> = stream_chunks(sample, wire)
+        .iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect();
+    lines.push_back("data: [DONE]\n\n".to_string());
+    let guard = StreamGuard {
+        shared,
+        done: false,
+    };
+    let body = futures::stream::unfold((lines, guard), move |(mut lines, mut guard)| async move {
+        let line = lines.pop_front()?;
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        guard.done = lines.is_empty();
+        Some((
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(line)),
+            (lines, guard),
+        ))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(body)
 }
 
 fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {

@@ -184,6 +184,42 @@ impl Proxy {
             .await
     }
 
+    /// A streamed chat turn: the status, the raw SSE text, and the JSON of each `data:` event
+    /// (`[DONE]` as the string "[DONE]").
+    pub async fn chat_stream(&self, uuid: &str, mut body: Value) -> (u16, String, Vec<Value>) {
+        body["stream"] = Value::Bool(true);
+        let response = self
+            .client
+            .post(format!("{}/{uuid}/v1/chat/completions", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let raw = response.text().await.unwrap();
+        let events = raw
+            .split("\n\n")
+            .filter_map(|block| block.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).unwrap_or_else(|_| Value::from(data)))
+            .collect();
+        (status, raw, events)
+    }
+
+    /// Starts a streamed turn and hangs up after the first chunk.
+    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value) {
+        use futures::StreamExt;
+        body["stream"] = Value::Bool(true);
+        let response = self
+            .client
+            .post(format!("{}/{uuid}/v1/chat/completions", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let mut chunks = response.bytes_stream();
+        chunks.next().await.expect("a first chunk").unwrap();
+    }
+
     /// Waits (up to 5 s) until every backend is healthy again.
     pub async fn wait_until_healthy(&self) {
         for _ in 0..50 {
