@@ -52,6 +52,8 @@ pub struct ChatCompletionBody {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub add_generation_prompt: Option<bool>,
+    pub parallel_tool_calls: Option<bool>,
+    pub auto_heal_tool_calls: Option<bool>,
 }
 
 /// `stream_options`.
@@ -85,6 +87,10 @@ pub struct ChatRequest {
     pub stream: bool,
     /// With `stream`: a final chunk carries the usage.
     pub include_usage: bool,
+    /// `false`: at most one tool call per reply.
+    pub parallel_tool_calls: bool,
+    /// Heal unclosed or loosely formed tool calls (default on).
+    pub heal_tool_calls: bool,
 }
 
 /// Why a request body cannot be served.
@@ -173,7 +179,18 @@ impl ChatRequest {
             logprobs,
             stream,
             include_usage: body.stream_options.unwrap_or_default().include_usage,
+            parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+            heal_tool_calls: body.auto_heal_tool_calls.unwrap_or(true),
         })
+    }
+
+    /// The rules for turning calls in the model's text into `tool_calls`.
+    pub fn promoter(&self) -> crate::tools::Promoter {
+        crate::tools::Promoter::new(
+            self.tools.as_ref(),
+            &self.callable_tools(),
+            self.heal_tool_calls,
+        )
     }
 
     /// Names of the declared tools that `tool_choice` allows the model to call.

@@ -1,7 +1,7 @@
 //! Turning sampled ids into OpenAI replies: visible text, tool calls, logprobs.
 
 use crate::backend::{FinishReason, Generation, StopMatch};
-use crate::chat::{ChatRequest, ToolChoice};
+use crate::chat::ChatRequest;
 use crate::session::IssuedToolCall;
 use crate::session::completion::{message_fingerprint, tool_call_hash};
 use crate::tokenizer::Tokenizer;
@@ -45,15 +45,22 @@ pub fn shape_choice(
     generation: &Generation,
 ) -> ChoiceReply {
     let (text, end_token_text) = visible_text(tokenizer, generation);
-    let allowed = request.callable_tools();
-    let parsed = (!allowed.is_empty() && request.tool_choice != ToolChoice::None)
-        .then(|| parser.parse(&text, &allowed))
+    let promoter = request.promoter();
+    let parsed = promoter
+        .is_active()
+        .then(|| parser.parse(&text, &promoter))
         .filter(|p| !p.calls.is_empty());
     let (content, tool_calls) = match parsed {
         Some(parsed) => {
+            let keep = if request.parallel_tool_calls {
+                usize::MAX
+            } else {
+                1
+            };
             let calls = parsed
                 .calls
                 .into_iter()
+                .take(keep)
                 .map(|c| (new_call_id(), c.name, c.arguments))
                 .collect();
             (parsed.content, calls)

@@ -6,7 +6,7 @@
 use super::response::{ChoiceReply, chat_logprobs, sampled_choice};
 use super::{ApiError, AppState};
 use crate::backend::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
-use crate::chat::{ChatRequest, ToolChoice};
+use crate::chat::ChatRequest;
 use crate::session::{Session, SessionState, now_seconds};
 use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
@@ -111,11 +111,9 @@ impl StreamedTurn {
     ) -> Result<(Generation, ChoiceReply), Gone> {
         let tokenizer = self.state.turn.tokenizer.clone();
         let mut text_stream = tokenizer.text_stream();
-        let allowed = self.request.callable_tools();
-        let parse = !allowed.is_empty() && self.request.tool_choice != ToolChoice::None;
         let mut calls = CallStream::new(
-            parse.then(|| self.parser.clone()),
-            allowed,
+            self.parser.clone(),
+            self.request.promoter(),
             self.request.params.stop.clone(),
         );
         let mut generation = Generation::new(Vec::new(), Vec::new(), FinishReason::Length);
@@ -231,6 +229,11 @@ impl StreamedTurn {
                         .get_or_insert_with(String::new)
                         .push_str(&text);
                     json!({"content": text})
+                }
+                Piece::Call(_)
+                    if !self.request.parallel_tool_calls && !reply.tool_calls.is_empty() =>
+                {
+                    continue;
                 }
                 Piece::Call(call) => {
                     let id = super::response::new_call_id();

@@ -1,6 +1,6 @@
 //! Hermes / Qwen format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
 
-use super::{ParsedCall, ParsedOutput, ToolParser};
+use super::{ParsedCall, ParsedOutput, Promoter, ToolParser};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -14,7 +14,7 @@ pub struct HermesParser;
 #[derive(Deserialize)]
 struct CallBody<'a> {
     name: String,
-    #[serde(borrow, alias = "parameters")]
+    #[serde(borrow, alias = "parameters", alias = "args")]
     arguments: Option<&'a RawValue>,
 }
 
@@ -31,29 +31,26 @@ impl ToolParser for HermesParser {
         CLOSE
     }
 
-    fn parse(&self, text: &str, allowed: &[String]) -> ParsedOutput {
+    fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput {
         let mut calls = Vec::new();
         let mut content = String::with_capacity(text.len());
         let mut rest = text;
         while let Some(open) = rest.find(OPEN) {
             let body_start = open + OPEN.len();
-            let Some(close) = rest[body_start..].find(CLOSE) else {
-                break;
+            // An unclosed call runs to the end of the text; only healing promotes it.
+            let (body_end, block_end) = match rest[body_start..].find(CLOSE) {
+                Some(close) => (body_start + close, body_start + close + CLOSE.len()),
+                None if promoter.heals() => (rest.len(), rest.len()),
+                None => break,
             };
-            let body = rest[body_start..body_start + close].trim();
-            match serde_json::from_str::<CallBody>(body) {
-                Ok(call) if allowed.contains(&call.name) => {
+            match promote(&rest[body_start..body_end], promoter) {
+                Some(call) => {
                     content.push_str(&rest[..open]);
-                    calls.push(ParsedCall {
-                        name: call.name,
-                        arguments: call
-                            .arguments
-                            .map_or_else(|| "{}".to_string(), |a| a.get().to_string()),
-                    });
+                    calls.push(call);
                 }
-                _ => content.push_str(&rest[..body_start + close + CLOSE.len()]),
+                None => content.push_str(&rest[..block_end]),
             }
-            rest = &rest[body_start + close + CLOSE.len()..];
+            rest = &rest[block_end..];
         }
         content.push_str(rest);
         ParsedOutput {
@@ -63,12 +60,47 @@ impl ToolParser for HermesParser {
     }
 }
 
+/// The call in a `<tool_call>` body, if its JSON parses and the promoter accepts it.
+fn promote(body: &str, promoter: &Promoter) -> Option<ParsedCall> {
+    let call: CallBody = serde_json::from_str(body.trim()).ok()?;
+    let raw = call.arguments.map_or("{}", |a| a.get());
+    Some(ParsedCall {
+        arguments: promoter.arguments(&call.name, raw)?,
+        name: call.name,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn allowed() -> Vec<String> {
-        vec!["search".to_string()]
+    fn allowed() -> Promoter {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "search",
+            "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}}]);
+        Promoter::new(Some(&tools), &["search".to_string()], false)
+    }
+
+    fn healing() -> Promoter {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "search",
+            "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}}]);
+        Promoter::new(Some(&tools), &["search".to_string()], true)
+    }
+
+    #[test]
+    fn healing_promotes_an_unclosed_call_and_bare_string_arguments() {
+        let text = "Sure. <tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}";
+        let out = HermesParser.parse(text, &healing());
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.content.as_deref(), Some("Sure. "));
+        assert!(
+            HermesParser.parse(text, &allowed()).calls.is_empty(),
+            "not without healing"
+        );
+        let bare = "<tool_call>{\"name\": \"search\", \"arguments\": \"cats\"}</tool_call>";
+        assert_eq!(
+            HermesParser.parse(bare, &healing()).calls[0].arguments,
+            r#"{"q":"cats"}"#
+        );
     }
 
     #[test]
@@ -90,6 +122,9 @@ mod tests {
             let out = HermesParser.parse(text, &allowed());
             assert!(out.calls.is_empty());
             assert_eq!(out.content.as_deref(), Some(text));
+            let healed = HermesParser.parse(text, &healing());
+            assert!(healed.calls.is_empty(), "{text}");
+            assert_eq!(healed.content.as_deref(), Some(text));
         }
     }
 

@@ -4,9 +4,11 @@
 //! implements [`ToolParser`]; sessions pick one by name at creation.
 
 mod hermes;
+mod promote;
 pub mod streaming;
 
 pub use hermes::HermesParser;
+pub use promote::Promoter;
 
 use std::sync::Arc;
 
@@ -14,8 +16,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedCall {
     pub name: String,
-    /// The arguments exactly as the model wrote them (JSON text), so they round-trip byte for
-    /// byte.
+    /// The arguments as a JSON object's text: exactly as the model wrote them when it wrote an
+    /// object (so they round-trip byte for byte), else as healing built them.
     pub arguments: String,
 }
 
@@ -31,8 +33,9 @@ pub struct ParsedOutput {
 pub trait ToolParser: Send + Sync + std::fmt::Debug {
     /// The name sessions use to select it (`hermes`).
     fn name(&self) -> &'static str;
-    /// Extracts calls to the `allowed` tool names; everything else stays content, byte-intact.
-    fn parse(&self, text: &str, allowed: &[String]) -> ParsedOutput;
+    /// Extracts the calls `promoter` accepts; everything else stays content, byte-intact. With
+    /// healing on, a call whose closing markup never came (the text ended) is promoted too.
+    fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput;
     /// The text that opens a call (`<tool_call>`): streamed text is held from here on.
     fn call_start(&self) -> &'static str;
     /// The text that closes a call (`</tool_call>`).

@@ -2,7 +2,7 @@
 //! call's markup (or of a stop string); markup is held until its call is complete, then
 //! emitted as one call, in document order with the text around it.
 
-use super::{ParsedCall, ToolParser};
+use super::{ParsedCall, Promoter, ToolParser};
 use std::sync::Arc;
 
 /// A piece of streamed output.
@@ -17,20 +17,17 @@ pub enum Piece {
 pub struct CallStream {
     /// `None` when calls are not parsed (no callable tools, or `tool_choice: none`).
     parser: Option<Arc<dyn ToolParser>>,
-    allowed: Vec<String>,
+    promoter: Promoter,
     stops: Vec<String>,
     buffer: String,
 }
 
 impl CallStream {
-    pub fn new(
-        parser: Option<Arc<dyn ToolParser>>,
-        allowed: Vec<String>,
-        stops: Vec<String>,
-    ) -> Self {
+    /// Parses calls with `parser` when the promoter can promote any.
+    pub fn new(parser: Arc<dyn ToolParser>, promoter: Promoter, stops: Vec<String>) -> Self {
         Self {
-            parser,
-            allowed,
+            parser: promoter.is_active().then_some(parser),
+            promoter,
             stops,
             buffer: String::new(),
         }
@@ -61,21 +58,28 @@ impl CallStream {
                 return pieces;
             };
             let block: String = self.buffer.drain(..end).collect();
-            let parsed = parser.parse(&block, &self.allowed);
+            let parsed = parser.parse(&block, &self.promoter);
             push_text(&mut pieces, parsed.content.unwrap_or_default());
             pieces.extend(parsed.calls.into_iter().map(Piece::Call));
         }
     }
 
-    /// Ends the stream: the text before a matched stop string, and any unfinished markup as
-    /// text.
+    /// Ends the stream: the text before a matched stop string; a call whose markup never
+    /// closed is healed when it can be (else it is text).
     pub fn finish(&mut self, stop: Option<&str>) -> Vec<Piece> {
         let mut rest = std::mem::take(&mut self.buffer);
         if let Some(at) = stop.and_then(|s| rest.rfind(s)) {
             rest.truncate(at);
         }
         let mut pieces = Vec::new();
-        push_text(&mut pieces, rest);
+        match &self.parser {
+            Some(parser) => {
+                let parsed = parser.parse(&rest, &self.promoter);
+                push_text(&mut pieces, parsed.content.unwrap_or_default());
+                pieces.extend(parsed.calls.into_iter().map(Piece::Call));
+            }
+            None => push_text(&mut pieces, rest),
+        }
         pieces
     }
 
@@ -116,10 +120,15 @@ mod tests {
     use super::*;
     use crate::tools::HermesParser;
 
+    fn promoter(heal: bool) -> Promoter {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
+        Promoter::new(Some(&tools), &["search".to_string()], heal)
+    }
+
     fn stream(stops: &[&str]) -> CallStream {
         CallStream::new(
-            Some(Arc::new(HermesParser)),
-            vec!["search".into()],
+            Arc::new(HermesParser),
+            promoter(false),
             stops.iter().map(|s| s.to_string()).collect(),
         )
     }
@@ -168,8 +177,22 @@ mod tests {
     }
 
     #[test]
-    fn no_parser_means_plain_text() {
-        let mut s = CallStream::new(None, Vec::new(), Vec::new());
+    fn an_unclosed_call_is_healed_at_the_end() {
+        let mut s = CallStream::new(Arc::new(HermesParser), promoter(true), Vec::new());
+        assert_eq!(
+            s.push("ok <tool_call>{\"name\": \"search\", \"arguments\": {}}"),
+            vec![text("ok ")]
+        );
+        let out = s.finish(None);
+        assert!(
+            matches!(&out[..], [Piece::Call(c)] if c.name == "search"),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn no_callable_tools_means_plain_text() {
+        let mut s = CallStream::new(Arc::new(HermesParser), Promoter::default(), Vec::new());
         let raw = "<tool_call>{\"name\": \"search\"}</tool_call>";
         assert_eq!(s.push(raw), vec![text(raw)]);
     }

@@ -1,0 +1,146 @@
+//! Which calls found in the text become structured `tool_calls`, and with which arguments.
+//!
+//! Only declared tools that `tool_choice` allows are promoted; anything else keeps its markup
+//! as text. Arguments that are a JSON object are kept byte for byte. With healing on (the
+//! default; `auto_heal_tool_calls: false` opts out), a JSON string holding an object is used,
+//! and a bare string goes to the schema's single required string property.
+
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// The promotion rules of one request.
+#[derive(Debug, Clone, Default)]
+pub struct Promoter {
+    /// Callable tool name → its parameters schema.
+    schemas: HashMap<String, Value>,
+    heal: bool,
+}
+
+impl Promoter {
+    /// Rules for the `tools` declared in a request, of which `callable` may be called.
+    pub fn new(tools: Option<&Value>, callable: &[String], heal: bool) -> Self {
+        let schemas = tools
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| {
+                let name = tool.pointer("/function/name")?.as_str()?;
+                callable.iter().any(|c| c == name).then(|| {
+                    let schema = tool
+                        .pointer("/function/parameters")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    (name.to_string(), schema)
+                })
+            })
+            .collect();
+        Self { schemas, heal }
+    }
+
+    /// Whether any call can be promoted at all.
+    pub fn is_active(&self) -> bool {
+        !self.schemas.is_empty()
+    }
+
+    /// Whether incomplete or loosely formed calls are healed.
+    pub fn heals(&self) -> bool {
+        self.heal
+    }
+
+    /// The arguments (JSON object text) for a call to `name` written with `raw` arguments, or
+    /// `None` to leave the call as text.
+    pub fn arguments(&self, name: &str, raw: &str) -> Option<String> {
+        let schema = self.schemas.get(name)?;
+        let raw = raw.trim();
+        if raw.starts_with('{') {
+            return serde_json::from_str::<serde_json::Map<String, Value>>(raw)
+                .ok()
+                .map(|_| raw.to_string());
+        }
+        if !self.heal {
+            return None;
+        }
+        let Ok(Value::String(text)) = serde_json::from_str::<Value>(raw) else {
+            return None;
+        };
+        if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&text) {
+            return Some(Value::Object(object).to_string());
+        }
+        let key = single_required_string(schema)?;
+        Some(serde_json::json!({ key: text }).to_string())
+    }
+}
+
+/// The only required property of a schema, if it takes a string (typed string, untyped, or a
+/// type list including string).
+fn single_required_string(schema: &Value) -> Option<&str> {
+    let [key] = schema.get("required")?.as_array()?.as_slice() else {
+        return None;
+    };
+    let key = key.as_str()?;
+    let property = schema.get("properties")?.get(key)?;
+    let takes_string = match property.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        Some(_) => false,
+    };
+    takes_string.then_some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools() -> Value {
+        json!([
+            {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object",
+                "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+            {"type": "function", "function": {"name": "Read", "parameters": {}}},
+        ])
+    }
+
+    fn all() -> Vec<String> {
+        vec!["Bash".into(), "Read".into()]
+    }
+
+    #[test]
+    fn objects_are_kept_byte_for_byte() {
+        let p = Promoter::new(Some(&tools()), &all(), true);
+        assert_eq!(
+            p.arguments("Read", r#"{"b": true, "a": 1.50}"#).as_deref(),
+            Some(r#"{"b": true, "a": 1.50}"#)
+        );
+        assert_eq!(p.arguments("Nuke", "{}"), None, "undeclared");
+        assert_eq!(p.arguments("Read", "[1]"), None);
+    }
+
+    #[test]
+    fn bare_strings_map_to_the_single_required_string_key() {
+        let p = Promoter::new(Some(&tools()), &all(), true);
+        assert_eq!(
+            p.arguments("Bash", r#""echo hi""#).as_deref(),
+            Some(r#"{"command":"echo hi"}"#)
+        );
+        assert_eq!(p.arguments("Read", r#""x""#), None, "ambiguous schema");
+        assert_eq!(
+            p.arguments("Bash", r#""{\"command\": \"ls\"}""#).as_deref(),
+            Some(r#"{"command":"ls"}"#)
+        );
+        let strict = Promoter::new(Some(&tools()), &all(), false);
+        assert_eq!(
+            strict.arguments("Bash", r#""echo hi""#),
+            None,
+            "healing opted out"
+        );
+    }
+
+    #[test]
+    fn only_callable_tools_are_promoted() {
+        let p = Promoter::new(Some(&tools()), &["Bash".to_string()], true);
+        assert!(p.arguments("Read", "{}").is_none());
+        assert!(p.arguments("Bash", "{}").is_some());
+        assert!(!Promoter::new(Some(&tools()), &[], true).is_active());
+    }
+}
