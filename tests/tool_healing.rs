@@ -1,0 +1,210 @@
+//! Tool-call healing through our HTTP API (the route behaviour of the healing spec), on the
+//! Atropos mock tokenizer so the model's text is scripted exactly.
+
+mod common;
+
+use common::mock_worker::Sample;
+use common::{Proxy, chars};
+use serde_json::{Value, json};
+
+const BASH_CALL: &str = r#"<tool_call>{"name":"Bash","arguments":{"cmd":"ls"}}</tool_call>"#;
+const NUKE_CALL: &str = r#"<tool_call>{"name":"Nuke","arguments":{}}</tool_call>"#;
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object",
+            "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+        {"type": "function", "function": {"name": "Read", "parameters": {}}},
+    ])
+}
+
+async fn turn(proxy: &Proxy, output: &str, extra: Value, length: bool) -> Value {
+    let uuid = proxy.session(json!({})).await;
+    let sample = if length {
+        Sample::length(chars(output))
+    } else {
+        Sample::stop(chars(output))
+    };
+    let mut body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let (status, data) = proxy.turn(&uuid, sample, body).await;
+    assert_eq!(status, 200, "{data}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert!(
+        nodes[0]["full_text"].as_str().unwrap().ends_with(output),
+        "the node keeps the raw text"
+    );
+    data["choices"][0].clone()
+}
+
+fn calls(choice: &Value) -> Vec<(String, Value)> {
+    choice["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let args = serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
+            (c["function"]["name"].as_str().unwrap().to_string(), args)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn closed_and_unclosed_calls_are_promoted() {
+    let proxy = Proxy::atropos();
+    let choice = turn(&proxy, BASH_CALL, json!({}), false).await;
+    assert_eq!(
+        calls(&choice),
+        vec![("Bash".to_string(), json!({"cmd": "ls"}))]
+    );
+    assert_eq!(choice["finish_reason"], "tool_calls");
+    assert!(choice["message"]["content"].is_null());
+    let unclosed = r#"Let me check. <tool_call>{"name":"Read","arguments":{"path":"/etc"}}"#;
+    let choice = turn(&proxy, unclosed, json!({}), false).await;
+    assert_eq!(
+        calls(&choice),
+        vec![("Read".to_string(), json!({"path": "/etc"}))]
+    );
+    assert_eq!(choice["message"]["content"], "Let me check. ");
+}
+
+#[tokio::test]
+async fn bare_string_arguments_use_the_schema_key() {
+    let proxy = Proxy::atropos();
+    let choice = turn(
+        &proxy,
+        r#"<tool_call>{"name":"Bash","arguments":"echo hi"}</tool_call>"#,
+        json!({}),
+        false,
+    )
+    .await;
+    assert_eq!(
+        calls(&choice),
+        vec![("Bash".to_string(), json!({"command": "echo hi"}))]
+    );
+    // Read's schema has no single required string key: not promoted, kept as text.
+    let text = r#"<tool_call>{"name":"Read","arguments":"x"}</tool_call>"#;
+    let choice = turn(&proxy, text, json!({}), false).await;
+    assert!(calls(&choice).is_empty());
+    assert_eq!(choice["message"]["content"], text);
+}
+
+#[tokio::test]
+async fn opting_out_of_healing_keeps_unclosed_calls_as_text() {
+    let proxy = Proxy::atropos();
+    let unclosed = r#"<tool_call>{"name":"Bash","arguments":{"cmd":"ls"}}"#;
+    let choice = turn(
+        &proxy,
+        unclosed,
+        json!({"auto_heal_tool_calls": false}),
+        false,
+    )
+    .await;
+    assert!(calls(&choice).is_empty());
+    assert_eq!(choice["message"]["content"], unclosed);
+    assert_eq!(choice["finish_reason"], "stop");
+    // Well-formed calls in the session's format are still parsed.
+    let choice = turn(
+        &proxy,
+        BASH_CALL,
+        json!({"auto_heal_tool_calls": false}),
+        false,
+    )
+    .await;
+    assert_eq!(calls(&choice).len(), 1);
+}
+
+#[tokio::test]
+async fn length_stays_length_with_the_call_attached() {
+    let proxy = Proxy::atropos();
+    let choice = turn(&proxy, BASH_CALL, json!({}), true).await;
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(calls(&choice).len(), 1);
+}
+
+#[tokio::test]
+async fn tool_choice_narrows_what_is_promoted() {
+    let proxy = Proxy::atropos();
+    let forced_read = json!({"tool_choice": {"type": "function", "function": {"name": "Read"}}});
+    let choice = turn(&proxy, BASH_CALL, forced_read, false).await;
+    assert!(calls(&choice).is_empty());
+    assert_eq!(choice["message"]["content"], BASH_CALL);
+    let choice = turn(&proxy, BASH_CALL, json!({"tool_choice": "none"}), false).await;
+    assert!(calls(&choice).is_empty());
+    let choice = turn(&proxy, BASH_CALL, json!({"tool_choice": "required"}), false).await;
+    assert_eq!(calls(&choice).len(), 1);
+}
+
+#[tokio::test]
+async fn undeclared_calls_stay_text_in_document_order() {
+    let proxy = Proxy::atropos();
+    let choice = turn(
+        &proxy,
+        &format!("pre {BASH_CALL} mid {NUKE_CALL} post"),
+        json!({}),
+        false,
+    )
+    .await;
+    assert_eq!(calls(&choice).len(), 1);
+    assert_eq!(
+        choice["message"]["content"],
+        format!("pre  mid {NUKE_CALL} post")
+    );
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_false_keeps_one_call() {
+    let proxy = Proxy::atropos();
+    let two = format!("{BASH_CALL}{}", BASH_CALL.replace("ls", "pwd"));
+    let choice = turn(&proxy, &two, json!({}), false).await;
+    assert_eq!(calls(&choice).len(), 2);
+    let choice = turn(&proxy, &two, json!({"parallel_tool_calls": false}), false).await;
+    assert_eq!(
+        calls(&choice),
+        vec![("Bash".to_string(), json!({"cmd": "ls"}))]
+    );
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars(&two)));
+    let (_, _, events) = proxy
+        .chat_stream(&uuid, json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "parallel_tool_calls": false}))
+        .await;
+    let streamed: usize = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(streamed, 1);
+}
+
+#[tokio::test]
+async fn streaming_heals_an_unclosed_call_at_the_end_and_flushes_false_alarms() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars(
+        r#"Use <div> here <tool_call>{"name":"Bash","arguments":"ls -la"}"#,
+    )));
+    let (_, raw, events) = proxy
+        .chat_stream(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()}),
+        )
+        .await;
+    let content: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "Use <div> here ");
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{raw}");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"command":"ls -la"}"#);
+    assert_eq!(
+        events[events.len() - 2]["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+}
