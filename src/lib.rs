@@ -3,6 +3,7 @@ pub mod backend;
 pub mod chat;
 pub mod config;
 pub mod http;
+pub mod reasoning;
 pub mod session;
 pub mod template;
 pub mod tokenizer;

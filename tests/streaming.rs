@@ -255,3 +255,46 @@ async fn streaming_from_a_real_llama_server() {
     assert_eq!(streamed_ids(&events), sampled);
     assert!(deltas(&events).len() >= 3, "token by token");
 }
+
+/// `reasoning: true` sessions return `<think>` blocks as `reasoning_content` (streamed as
+/// reasoning deltas); the node keeps the raw tokens and the conversation stays one node.
+#[tokio::test]
+async fn reasoning_is_returned_separately_and_the_node_keeps_raw_tokens() {
+    let tok = rollout_proxy::tokenizer::Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({"reasoning": true})).await;
+    let sampled = tok
+        .encode("<think>\nhmm, 2+2\n</think>\n\n4<|im_end|>")
+        .unwrap();
+    proxy.worker.push_sample(Sample::stop(sampled.clone()));
+    let (_, data) = proxy
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "2+2?"}]}),
+        )
+        .await;
+    let message = &data["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "hmm, 2+2");
+    assert_eq!(message["content"], "4");
+
+    proxy.worker.push_sample(Sample::stop(
+        tok.encode("<think>\nok\n</think>\n\n6<|im_end|>").unwrap(),
+    ));
+    let body = json!({"messages": [{"role": "user", "content": "2+2?"}, message, {"role": "user", "content": "3+3?"}]});
+    let (status, raw, events) = proxy.chat_stream(&uuid, body).await;
+    assert_eq!(status, 200, "{raw}");
+    let reasoning: String = deltas(&events)
+        .iter()
+        .filter_map(|c| c["delta"]["reasoning_content"].as_str())
+        .collect();
+    assert_eq!(reasoning, "ok");
+    assert_eq!(content(&events), "6");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(
+        nodes.len(),
+        1,
+        "the reply sent back with its reasoning extends the node"
+    );
+    let tokens: Vec<u32> = serde_json::from_value(nodes[0]["tokens"].clone()).unwrap();
+    assert!(tokens.windows(sampled.len()).any(|w| w == sampled));
+}

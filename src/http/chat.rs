@@ -71,7 +71,15 @@ pub async fn completions(
     let tokenizer = &state.turn.tokenizer;
     let replies: Vec<_> = generations
         .iter()
-        .map(|g| shape_choice(tokenizer, parser.as_ref(), &request, g))
+        .map(|g| {
+            shape_choice(
+                tokenizer,
+                parser.as_ref(),
+                &request,
+                g,
+                super::reasoning_mode(&state, &session, &plan),
+            )
+        })
         .collect();
     let choices: Vec<_> = replies
         .iter()

@@ -106,6 +106,7 @@ pub async fn completions(
         }));
         let reply = ChoiceReply {
             content: Some(text.clone()),
+            reasoning: None,
             tool_calls: Vec::new(),
             finish_reason: generation.finish_reason.as_str(),
             text,

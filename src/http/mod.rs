@@ -81,6 +81,15 @@ async fn sample_stream(
     Ok((events, used))
 }
 
+/// `Some(opened)` when the session returns reasoning separately; `opened` says whether the
+/// prompt itself opened the reasoning block.
+fn reasoning_mode(state: &AppState, session: &Session, plan: &crate::turn::Plan) -> Option<bool> {
+    session.options.reasoning.then(|| {
+        let tail = &plan.prompt_ids[plan.prompt_ids.len().saturating_sub(4)..];
+        crate::reasoning::opened_by(&state.turn.tokenizer.decode(tail))
+    })
+}
+
 fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
     match &session.options.base_url {
         Some(url) => Route::Pinned(url),

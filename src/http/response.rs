@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub struct ChoiceReply {
     pub content: Option<String>,
+    /// The `<think>` block, when the session returns reasoning separately.
+    pub reasoning: Option<String>,
     /// `(id, name, arguments)` of each returned call.
     pub tool_calls: Vec<(String, String, String)>,
     pub finish_reason: &'static str,
@@ -38,17 +40,26 @@ pub fn visible_text(tokenizer: &Tokenizer, generation: &Generation) -> (String, 
 }
 
 /// Shapes one choice: parses tool calls when tools are callable.
+///
+/// `reasoning`: `Some(opened)` when the session returns `<think>` blocks as
+/// `reasoning_content` (`opened`: the prompt opened the block); tool calls are only looked for
+/// in the content after it.
 pub fn shape_choice(
     tokenizer: &Tokenizer,
     parser: &dyn ToolParser,
     request: &ChatRequest,
     generation: &Generation,
+    reasoning: Option<bool>,
 ) -> ChoiceReply {
     let (text, end_token_text) = visible_text(tokenizer, generation);
+    let (reasoning, answer) = match reasoning {
+        Some(opened) => crate::reasoning::split(&text, opened),
+        None => (None, text.clone()),
+    };
     let promoter = request.promoter();
     let parsed = promoter
         .is_active()
-        .then(|| parser.parse(&text, &promoter))
+        .then(|| parser.parse(&answer, &promoter))
         .filter(|p| !p.calls.is_empty());
     let (content, tool_calls) = match parsed {
         Some(parsed) => {
@@ -65,7 +76,7 @@ pub fn shape_choice(
                 .collect();
             (parsed.content, calls)
         }
-        None => (Some(text.clone()), Vec::new()),
+        None => (Some(answer), Vec::new()),
     };
     let finish_reason = match generation.finish_reason {
         // A sample cut by the length limit is never reported as a finished tool call.
@@ -74,6 +85,7 @@ pub fn shape_choice(
     };
     ChoiceReply {
         content,
+        reasoning,
         tool_calls,
         finish_reason,
         text,
@@ -105,7 +117,7 @@ pub fn sampled_choice(reply: &ChoiceReply, generation: Generation, backend: &str
         content,
         tool_calls.iter().map(|c| c.id.as_str()),
     )];
-    if !tool_calls.is_empty() {
+    if !tool_calls.is_empty() || reply.reasoning.is_some() {
         // A client may also send the raw text back instead of structured calls.
         fingerprints.push(message_fingerprint(&reply.text, std::iter::empty()));
     }
@@ -174,6 +186,9 @@ pub fn envelope(
 /// The `message` object of a chat choice.
 pub fn chat_message(reply: &ChoiceReply) -> Value {
     let mut message = json!({"role": "assistant", "content": reply.content});
+    if let Some(reasoning) = &reply.reasoning {
+        message["reasoning_content"] = json!(reasoning);
+    }
     if !reply.tool_calls.is_empty() {
         message["tool_calls"] = reply
             .tool_calls

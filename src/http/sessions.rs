@@ -18,6 +18,8 @@ pub struct CreateBody {
     base_url: Option<String>,
     #[serde(default)]
     history: HistoryMode,
+    #[serde(default)]
+    reasoning: bool,
 }
 
 pub async fn create(
@@ -46,6 +48,7 @@ pub async fn create(
         track_tree: body.track_tree,
         base_url: body.base_url,
         history: body.history,
+        reasoning: body.reasoning,
     });
     tracing::debug!(session = %session.id, "session created");
     Ok(HttpResponse::Ok().json(json!({
@@ -55,6 +58,7 @@ pub async fn create(
         "base_url": session.options.base_url,
         "track_tree": session.options.track_tree,
         "history": session.options.history,
+        "reasoning": session.options.reasoning,
         "created_at": session.created_at,
     })))
 }

@@ -7,6 +7,7 @@ use super::response::{ChoiceReply, chat_logprobs, sampled_choice};
 use super::{ApiError, AppState};
 use crate::backend::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
 use crate::chat::ChatRequest;
+use crate::reasoning::{Part, ReasoningStream};
 use crate::session::{Session, SessionState, now_seconds};
 use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
@@ -40,6 +41,7 @@ pub async fn respond(
     let (events, backend) = super::sample_stream(&state, &session, &generate).await?;
     plan.prompt_ids = generate.prompt;
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
+    let reasoning = super::reasoning_mode(&state, &session, &plan);
     let turn = StreamedTurn {
         state: state.clone().into_inner(),
         session,
@@ -48,6 +50,7 @@ pub async fn respond(
         plan,
         backend,
         sender,
+        reasoning,
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         created: now_seconds() as u64,
     };
@@ -73,12 +76,39 @@ struct StreamedTurn {
     plan: Plan,
     backend: Arc<str>,
     sender: mpsc::Sender<Bytes>,
+    /// `Some(opened)` when reasoning is returned separately (see `reasoning_mode`).
+    reasoning: Option<bool>,
     id: String,
     created: u64,
 }
 
 /// The client went away.
 struct Gone;
+
+/// One piece of streamed output.
+enum Out {
+    Reasoning(String),
+    Piece(Piece),
+}
+
+/// Routes new text through the reasoning splitter (when the session uses one), then the
+/// tool-call splitter.
+fn route(thinking: &mut Option<ReasoningStream>, calls: &mut CallStream, text: &str) -> Vec<Out> {
+    match thinking {
+        Some(thinking) => route_parts(thinking.push(text), calls),
+        None => calls.push(text).into_iter().map(Out::Piece).collect(),
+    }
+}
+
+fn route_parts(parts: Vec<Part>, calls: &mut CallStream) -> Vec<Out> {
+    parts
+        .into_iter()
+        .flat_map(|part| match part {
+            Part::Reasoning(text) => vec![Out::Reasoning(text)],
+            Part::Content(text) => calls.push(&text).into_iter().map(Out::Piece).collect(),
+        })
+        .collect()
+}
 
 impl StreamedTurn {
     async fn run(
@@ -117,8 +147,10 @@ impl StreamedTurn {
             self.request.params.stop.clone(),
         );
         let mut generation = Generation::new(Vec::new(), Vec::new(), FinishReason::Length);
+        let mut thinking = self.reasoning.map(ReasoningStream::new);
         let mut reply = ChoiceReply {
             content: None,
+            reasoning: None,
             tool_calls: Vec::new(),
             finish_reason: "length",
             text: String::new(),
@@ -158,7 +190,7 @@ impl StreamedTurn {
             {
                 let text = text_stream.push(token_ids);
                 reply.text.push_str(&text);
-                let pieces = calls.push(&text);
+                let pieces = route(&mut thinking, &mut calls, &text);
                 let delta = Generation {
                     top_logprobs: top_logprobs.clone(),
                     ..Generation::new(token_ids.clone(), logprobs.clone(), FinishReason::Stop)
@@ -174,7 +206,11 @@ impl StreamedTurn {
             Some(StopMatch::Text(s)) => Some(s.as_str()),
             _ => None,
         };
-        let rest = calls.finish(stop);
+        let mut rest = match &mut thinking {
+            Some(thinking) => route_parts(thinking.finish(), &mut calls),
+            None => Vec::new(),
+        };
+        rest.extend(calls.finish(stop).into_iter().map(Out::Piece));
         self.send_pieces(&mut reply, rest, None).await?;
         if let Some(stop) = stop
             && let Some(at) = reply.text.rfind(stop)
@@ -210,7 +246,7 @@ impl StreamedTurn {
     async fn send_pieces(
         &self,
         reply: &mut ChoiceReply,
-        pieces: Vec<Piece>,
+        pieces: Vec<Out>,
         tokens: Option<&Generation>,
     ) -> Result<(), Gone> {
         let mut tokens = tokens;
@@ -223,19 +259,27 @@ impl StreamedTurn {
         }
         for piece in pieces {
             let delta = match piece {
-                Piece::Text(text) => {
+                Out::Reasoning(text) => {
+                    reply
+                        .reasoning
+                        .get_or_insert_with(String::new)
+                        .push_str(&text);
+                    json!({"reasoning_content": text})
+                }
+                Out::Piece(Piece::Text(text)) => {
                     reply
                         .content
                         .get_or_insert_with(String::new)
                         .push_str(&text);
                     json!({"content": text})
                 }
-                Piece::Call(_)
+                // parallel_tool_calls=false: later calls are dropped (their ids still travel).
+                Out::Piece(Piece::Call(_))
                     if !self.request.parallel_tool_calls && !reply.tool_calls.is_empty() =>
                 {
-                    continue;
+                    json!({})
                 }
-                Piece::Call(call) => {
+                Out::Piece(Piece::Call(call)) => {
                     let id = super::response::new_call_id();
                     let index = reply.tool_calls.len();
                     let delta = json!({"tool_calls": [{"index": index, "id": id, "type": "function",

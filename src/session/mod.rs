@@ -38,6 +38,8 @@ pub struct SessionOptions {
     /// Send every turn to this backend.
     pub base_url: Option<String>,
     pub history: HistoryMode,
+    /// Return `<think>` blocks as `reasoning_content`.
+    pub reasoning: bool,
 }
 
 /// The mutable part of a session, behind its mutex.
