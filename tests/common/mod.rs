@@ -186,15 +186,8 @@ impl Proxy {
 
     /// A streamed chat turn: the status, the raw SSE text, and the JSON of each `data:` event
     /// (`[DONE]` as the string "[DONE]").
-    pub async fn chat_stream(&self, uuid: &str, mut body: Value) -> (u16, String, Vec<Value>) {
-        body["stream"] = Value::Bool(true);
-        let response = self
-            .client
-            .post(format!("{}/{uuid}/v1/chat/completions", self.url))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+    pub async fn chat_stream(&self, uuid: &str, body: Value) -> (u16, String, Vec<Value>) {
+        let response = self.start_stream(uuid, body).await;
         let status = response.status().as_u16();
         let raw = response.text().await.unwrap();
         let events = raw
@@ -206,18 +199,20 @@ impl Proxy {
     }
 
     /// Starts a streamed turn and hangs up after the first chunk.
-    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value) {
+    pub async fn chat_stream_and_hang_up(&self, uuid: &str, body: Value) {
         use futures::StreamExt;
+        let mut chunks = self.start_stream(uuid, body).await.bytes_stream();
+        chunks.next().await.expect("a first chunk").unwrap();
+    }
+
+    async fn start_stream(&self, uuid: &str, mut body: Value) -> reqwest::Response {
         body["stream"] = Value::Bool(true);
-        let response = self
-            .client
+        self.client
             .post(format!("{}/{uuid}/v1/chat/completions", self.url))
             .json(&body)
             .send()
             .await
-            .unwrap();
-        let mut chunks = response.bytes_stream();
-        chunks.next().await.expect("a first chunk").unwrap();
+            .unwrap()
     }
 
     /// Waits (up to 5 s) until every backend is healthy again.
