@@ -208,3 +208,47 @@ async fn streaming_heals_an_unclosed_call_at_the_end_and_flushes_false_alarms() 
         "tool_calls"
     );
 }
+
+/// Sessions pick the format: Qwen3-Coder XML, or `auto` for any supported format, streamed or
+/// not.
+#[tokio::test]
+async fn session_formats_xml_and_auto() {
+    let proxy = Proxy::atropos();
+    let xml = "Running.\n<tool_call>\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>";
+    for parser in ["qwen3_coder", "auto"] {
+        let uuid = proxy.session(json!({"tool_parser": parser})).await;
+        let (_, data) = proxy
+            .turn(
+                &uuid,
+                Sample::stop(chars(xml)),
+                json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()}),
+            )
+            .await;
+        let choice = &data["choices"][0];
+        assert_eq!(
+            calls(choice),
+            vec![("Bash".to_string(), json!({"command": "ls -la"}))],
+            "{parser}"
+        );
+        assert_eq!(choice["message"]["content"], "Running.\n");
+        let uuid = proxy.session(json!({"tool_parser": parser})).await;
+        proxy.worker.push_sample(Sample::stop(chars(xml)));
+        let (_, raw, events) = proxy
+            .chat_stream(
+                &uuid,
+                json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()}),
+            )
+            .await;
+        let streamed: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(streamed.len(), 1, "{raw}");
+        assert!(!raw.contains("<function="), "{raw}");
+    }
+    let (status, _) = proxy
+        .post("/sessions/create", json!({"tool_parser": "klingon"}))
+        .await;
+    assert_eq!(status, 400);
+}

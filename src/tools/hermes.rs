@@ -1,6 +1,6 @@
 //! Hermes / Qwen format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
 
-use super::{ParsedCall, ParsedOutput, Promoter, ToolParser};
+use super::{FoundCall, ToolParser};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -23,56 +23,42 @@ impl ToolParser for HermesParser {
         "hermes"
     }
 
-    fn call_start(&self) -> &'static str {
-        OPEN
+    fn signals(&self) -> &'static [&'static str] {
+        &[OPEN]
     }
 
-    fn call_end(&self) -> &'static str {
-        CLOSE
+    fn block_len(&self, held: &str) -> Option<usize> {
+        held.find(CLOSE).map(|at| at + CLOSE.len())
     }
 
-    fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput {
-        let mut calls = Vec::new();
-        let mut content = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(open) = rest.find(OPEN) {
+    fn find_calls(&self, text: &str, heal: bool) -> Vec<FoundCall> {
+        let mut found = Vec::new();
+        let mut from = 0;
+        while let Some(open) = text[from..].find(OPEN).map(|at| from + at) {
             let body_start = open + OPEN.len();
-            // An unclosed call runs to the end of the text; only healing promotes it.
-            let (body_end, block_end) = match rest[body_start..].find(CLOSE) {
+            // An unclosed call runs to the end of the text; only healing reads it.
+            let (body_end, end) = match text[body_start..].find(CLOSE) {
                 Some(close) => (body_start + close, body_start + close + CLOSE.len()),
-                None if promoter.heals() => (rest.len(), rest.len()),
+                None if heal => (text.len(), text.len()),
                 None => break,
             };
-            match promote(&rest[body_start..body_end], promoter) {
-                Some(call) => {
-                    content.push_str(&rest[..open]);
-                    calls.push(call);
-                }
-                None => content.push_str(&rest[..block_end]),
+            if let Ok(call) = serde_json::from_str::<CallBody>(text[body_start..body_end].trim()) {
+                found.push(FoundCall {
+                    span: open..end,
+                    name: call.name,
+                    arguments: call.arguments.map_or("{}", |a| a.get()).to_string(),
+                });
             }
-            rest = &rest[block_end..];
+            from = end;
         }
-        content.push_str(rest);
-        ParsedOutput {
-            content: (!content.trim().is_empty()).then_some(content),
-            calls,
-        }
+        found
     }
-}
-
-/// The call in a `<tool_call>` body, if its JSON parses and the promoter accepts it.
-fn promote(body: &str, promoter: &Promoter) -> Option<ParsedCall> {
-    let call: CallBody = serde_json::from_str(body.trim()).ok()?;
-    let raw = call.arguments.map_or("{}", |a| a.get());
-    Some(ParsedCall {
-        arguments: promoter.arguments(&call.name, raw)?,
-        name: call.name,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Promoter;
 
     fn allowed() -> Promoter {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "search",

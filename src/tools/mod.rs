@@ -3,12 +3,16 @@
 //! The node always keeps the raw sampled tokens; parsing only shapes the response. Each format
 //! implements [`ToolParser`]; sessions pick one by name at creation.
 
+mod auto;
 mod hermes;
 mod promote;
+mod qwen_xml;
 pub mod streaming;
 
+pub use auto::AutoParser;
 pub use hermes::HermesParser;
 pub use promote::Promoter;
+pub use qwen_xml::QwenXmlParser;
 
 use std::sync::Arc;
 
@@ -29,26 +33,70 @@ pub struct ParsedOutput {
     pub calls: Vec<ParsedCall>,
 }
 
+/// A call written in the model's text, before the promotion rules are applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundCall {
+    /// The bytes of its markup, wrapper included.
+    pub span: std::ops::Range<usize>,
+    pub name: String,
+    /// The arguments as JSON text (as written when the format writes JSON).
+    pub arguments: String,
+}
+
 /// A tool-call text format.
 pub trait ToolParser: Send + Sync + std::fmt::Debug {
     /// The name sessions use to select it (`hermes`).
     fn name(&self) -> &'static str;
-    /// Extracts the calls `promoter` accepts; everything else stays content, byte-intact. With
-    /// healing on, a call whose closing markup never came (the text ended) is promoted too.
-    fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput;
-    /// The text that opens a call (`<tool_call>`): streamed text is held from here on.
-    fn call_start(&self) -> &'static str;
-    /// The text that closes a call (`</tool_call>`).
-    fn call_end(&self) -> &'static str;
+    /// Texts that open a call: streamed text is held from any of them on.
+    fn signals(&self) -> &'static [&'static str];
+    /// For text that starts with a signal, the length of its first call once the call's
+    /// markup is complete.
+    fn block_len(&self, held: &str) -> Option<usize>;
+    /// Every well-formed call in `text`, in document order; with `heal`, also a call whose
+    /// closing markup never came because the text ended.
+    fn find_calls(&self, text: &str, heal: bool) -> Vec<FoundCall>;
+
+    /// The text split into content and the calls `promoter` accepts. Promoted markup is removed
+    /// exactly; everything else (unpromoted calls included) stays, byte-intact and in order.
+    fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput {
+        assemble(text, &self.find_calls(text, promoter.heals()), promoter)
+    }
+}
+
+/// Removes the promoted calls' markup from `text`.
+pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedOutput {
+    let mut content = String::with_capacity(text.len());
+    let mut calls = Vec::new();
+    let mut cursor = 0;
+    for call in found {
+        if call.span.start < cursor {
+            continue;
+        }
+        if let Some(arguments) = promoter.arguments(&call.name, &call.arguments) {
+            content.push_str(&text[cursor..call.span.start]);
+            calls.push(ParsedCall {
+                name: call.name.clone(),
+                arguments,
+            });
+            cursor = call.span.end;
+        }
+    }
+    content.push_str(&text[cursor..]);
+    ParsedOutput {
+        content: (!content.trim().is_empty()).then_some(content),
+        calls,
+    }
 }
 
 /// Names accepted by `POST /sessions/create`'s `tool_parser`.
-pub const PARSER_NAMES: &[&str] = &["hermes", "qwen"];
+pub const PARSER_NAMES: &[&str] = &["hermes", "qwen", "qwen3_coder", "auto"];
 
 /// The parser registered under `name`.
 pub fn parser_for(name: &str) -> Option<Arc<dyn ToolParser>> {
     match name {
         "hermes" | "qwen" => Some(Arc::new(HermesParser)),
+        "qwen3_coder" | "qwen_xml" => Some(Arc::new(QwenXmlParser)),
+        "auto" => Some(Arc::new(AutoParser)),
         _ => None,
     }
 }

@@ -5,6 +5,9 @@
 use super::{ParsedCall, Promoter, ToolParser};
 use std::sync::Arc;
 
+/// Most bytes of unclosed markup held back before it is let through as text.
+const HOLD_LIMIT: usize = 64 * 1024;
+
 /// A piece of streamed output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -38,10 +41,14 @@ impl CallStream {
         self.buffer.push_str(text);
         let mut pieces = Vec::new();
         loop {
-            let markup = self
-                .parser
-                .as_ref()
-                .and_then(|p| self.buffer.find(p.call_start()).map(|at| (p.clone(), at)));
+            let markup = self.parser.as_ref().and_then(|p| {
+                let at = p
+                    .signals()
+                    .iter()
+                    .filter_map(|s| self.buffer.find(s))
+                    .min()?;
+                Some((p.clone(), at))
+            });
             let Some((parser, at)) = markup else {
                 // No markup: keep back only what could still become markup or a stop string.
                 let keep = self.possible_prefix_len();
@@ -49,13 +56,13 @@ impl CallStream {
                 push_text(&mut pieces, emit);
                 return pieces;
             };
-            let Some(end) = self.buffer[at..]
-                .find(parser.call_end())
-                .map(|e| at + e + parser.call_end().len())
-            else {
-                let before: String = self.buffer.drain(..at).collect();
-                push_text(&mut pieces, before);
-                return pieces;
+            let before: String = self.buffer.drain(..at).collect();
+            push_text(&mut pieces, before);
+            let end = match parser.block_len(&self.buffer) {
+                Some(end) => end,
+                // Markup that never closes is not held forever.
+                None if self.buffer.len() > HOLD_LIMIT => self.buffer.len(),
+                None => return pieces,
             };
             let block: String = self.buffer.drain(..end).collect();
             let parsed = parser.parse(&block, &self.promoter);
@@ -95,7 +102,7 @@ impl CallStream {
         {
             return self.buffer.len() - at;
         }
-        let starts = self.parser.iter().map(|p| p.call_start());
+        let starts = self.parser.iter().flat_map(|p| p.signals().iter().copied());
         starts
             .chain(self.stops.iter().map(String::as_str))
             .map(|signal| {
@@ -187,6 +194,18 @@ mod tests {
         assert!(
             matches!(&out[..], [Piece::Call(c)] if c.name == "search"),
             "{out:?}"
+        );
+    }
+
+    #[test]
+    fn markup_that_never_closes_is_released_past_the_hold_limit() {
+        let mut s = stream(&[]);
+        assert_eq!(s.push("<tool_call> is the marker"), vec![]);
+        let filler = "x".repeat(HOLD_LIMIT);
+        let out = s.push(&filler);
+        assert_eq!(out.len(), 1);
+        assert!(
+            matches!(&out[0], Piece::Text(t) if t.starts_with("<tool_call> is the marker") && t.len() > HOLD_LIMIT)
         );
     }
 

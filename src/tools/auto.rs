@@ -1,0 +1,55 @@
+//! `auto`: every supported format at once, detected by its signal; calls of different formats
+//! are taken in document order.
+
+use super::{FoundCall, HermesParser, QwenXmlParser, ToolParser};
+
+/// Parser that accepts any supported format.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AutoParser;
+
+const FORMATS: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser];
+
+impl ToolParser for AutoParser {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+
+    fn signals(&self) -> &'static [&'static str] {
+        // `<tool_call>` (Hermes JSON or a wrapped XML call) and `<function=`.
+        QwenXmlParser.signals()
+    }
+
+    fn block_len(&self, held: &str) -> Option<usize> {
+        FORMATS
+            .iter()
+            .filter(|f| f.signals().iter().any(|s| held.starts_with(s)))
+            .filter_map(|f| f.block_len(held))
+            .min()
+    }
+
+    fn find_calls(&self, text: &str, heal: bool) -> Vec<FoundCall> {
+        let mut found: Vec<FoundCall> = FORMATS
+            .iter()
+            .flat_map(|f| f.find_calls(text, heal))
+            .collect();
+        found.sort_by_key(|c| (c.span.start, std::cmp::Reverse(c.span.end)));
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::Promoter;
+
+    #[test]
+    fn mixed_formats_in_document_order() {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "A"}}, {"type": "function", "function": {"name": "B"}}]);
+        let promoter = Promoter::new(Some(&tools), &["A".to_string(), "B".to_string()], true);
+        let text = "one <function=B><parameter=x>1</parameter></function> two <tool_call>{\"name\": \"A\", \"arguments\": {}}</tool_call> three";
+        let out = AutoParser.parse(text, &promoter);
+        let names: Vec<&str> = out.calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["B", "A"]);
+        assert_eq!(out.content.as_deref(), Some("one  two  three"));
+    }
+}
