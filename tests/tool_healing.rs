@@ -215,7 +215,14 @@ async fn streaming_heals_an_unclosed_call_at_the_end_and_flushes_false_alarms() 
 async fn session_formats_xml_and_auto() {
     let proxy = Proxy::atropos();
     let xml = "Running.\n<tool_call>\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>";
-    for parser in ["qwen3_coder", "auto"] {
+    let mistral = r#"Running.
+[TOOL_CALLS][{"name": "Bash", "arguments": {"command": "ls -la"}}]"#;
+    for (parser, xml) in [
+        ("qwen3_coder", xml),
+        ("auto", xml),
+        ("mistral", mistral),
+        ("auto", mistral),
+    ] {
         let uuid = proxy.session(json!({"tool_parser": parser})).await;
         let (_, data) = proxy
             .turn(
@@ -245,7 +252,10 @@ async fn session_formats_xml_and_auto() {
             .flatten()
             .collect();
         assert_eq!(streamed.len(), 1, "{raw}");
-        assert!(!raw.contains("<function="), "{raw}");
+        assert!(
+            !raw.contains("<function=") && !raw.contains("TOOL_CALLS"),
+            "{raw}"
+        );
     }
     let (status, _) = proxy
         .post("/sessions/create", json!({"tool_parser": "klingon"}))

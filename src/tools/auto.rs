@@ -1,13 +1,15 @@
 //! `auto`: every supported format at once, detected by its signal; calls of different formats
-//! are taken in document order.
+//! are taken in document order. Mistral's bracket forms are only looked for when no tagged call
+//! was found (bracket text is more likely to be prose).
 
-use super::{FoundCall, HermesParser, QwenXmlParser, ToolParser};
+use super::{FoundCall, HermesParser, MistralParser, QwenXmlParser, ToolParser};
 
 /// Parser that accepts any supported format.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AutoParser;
 
-const FORMATS: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser];
+const FORMATS: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser, &MistralParser];
+const TAGGED: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser];
 
 impl ToolParser for AutoParser {
     fn name(&self) -> &'static str {
@@ -15,8 +17,7 @@ impl ToolParser for AutoParser {
     }
 
     fn signals(&self) -> &'static [&'static str] {
-        // `<tool_call>` (Hermes JSON or a wrapped XML call) and `<function=`.
-        QwenXmlParser.signals()
+        &["<tool_call>", "<function=", "[TOOL_CALLS]"]
     }
 
     fn block_len(&self, held: &str) -> Option<usize> {
@@ -28,10 +29,13 @@ impl ToolParser for AutoParser {
     }
 
     fn find_calls(&self, text: &str, heal: bool) -> Vec<FoundCall> {
-        let mut found: Vec<FoundCall> = FORMATS
+        let mut found: Vec<FoundCall> = TAGGED
             .iter()
             .flat_map(|f| f.find_calls(text, heal))
             .collect();
+        if found.is_empty() {
+            return MistralParser.find_calls(text, heal);
+        }
         found.sort_by_key(|c| (c.span.start, std::cmp::Reverse(c.span.end)));
         found
     }
@@ -51,5 +55,7 @@ mod tests {
         let names: Vec<&str> = out.calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, vec!["B", "A"]);
         assert_eq!(out.content.as_deref(), Some("one  two  three"));
+        let mistral = r#"[TOOL_CALLS][{"name": "A", "arguments": {}}]"#;
+        assert_eq!(AutoParser.parse(mistral, &promoter).calls.len(), 1);
     }
 }

@@ -5,12 +5,14 @@
 
 mod auto;
 mod hermes;
+mod mistral;
 mod promote;
 mod qwen_xml;
 pub mod streaming;
 
 pub use auto::AutoParser;
 pub use hermes::HermesParser;
+pub use mistral::MistralParser;
 pub use promote::Promoter;
 pub use qwen_xml::QwenXmlParser;
 
@@ -89,13 +91,14 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
 }
 
 /// Names accepted by `POST /sessions/create`'s `tool_parser`.
-pub const PARSER_NAMES: &[&str] = &["hermes", "qwen", "qwen3_coder", "auto"];
+pub const PARSER_NAMES: &[&str] = &["hermes", "qwen", "qwen3_coder", "mistral", "auto"];
 
 /// The parser registered under `name`.
 pub fn parser_for(name: &str) -> Option<Arc<dyn ToolParser>> {
     match name {
         "hermes" | "qwen" => Some(Arc::new(HermesParser)),
         "qwen3_coder" | "qwen_xml" => Some(Arc::new(QwenXmlParser)),
+        "mistral" => Some(Arc::new(MistralParser)),
         "auto" => Some(Arc::new(AutoParser)),
         _ => None,
     }
