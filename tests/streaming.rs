@@ -298,3 +298,32 @@ async fn reasoning_is_returned_separately_and_the_node_keeps_raw_tokens() {
     let tokens: Vec<u32> = serde_json::from_value(nodes[0]["tokens"].clone()).unwrap();
     assert!(tokens.windows(sampled.len()).any(|w| w == sampled));
 }
+
+/// A client that hangs up while the backend is still silent (a long prefill) is noticed through
+/// the keep-alive, and the backend request is dropped: its pool slot is free within a second.
+#[tokio::test]
+async fn hanging_up_during_a_silent_prefill_cancels_the_backend() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.set_token_delay(5000);
+    proxy.worker.push_sample(Sample::stop(chars("late")));
+    proxy
+        .chat_stream_and_hang_up(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": "a"}]}),
+        )
+        .await;
+    let start = Instant::now();
+    loop {
+        let (_, servers) = proxy.get("/servers").await;
+        if servers["servers"][0]["in_flight"] == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(1000),
+            "the backend request is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(proxy.nodes(&uuid).await.is_empty());
+}

@@ -20,8 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedMutexGuard, mpsc};
 
-/// How often a comment line keeps an idle stream open.
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How often a comment line is written while the backend is silent (a long prefill): it keeps
+/// the stream open, and writing is how a client that hung up is noticed, so its backend
+/// request is cancelled within about this long.
+const KEEP_ALIVE: Duration = Duration::from_millis(400);
 
 /// Starts a streamed turn. Errors before the backend starts (bad template, no backend) are
 /// ordinary HTTP errors; after that they arrive as an SSE `error` event.
@@ -164,6 +166,7 @@ impl StreamedTurn {
         loop {
             let event = tokio::select! {
                 event = events.next() => event,
+                _ = self.sender.closed() => return Err(Gone),
                 _ = keep_alive.tick() => {
                     self.send_raw(Bytes::from_static(b": keep-alive\n\n")).await?;
                     continue;

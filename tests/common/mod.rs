@@ -198,11 +198,26 @@ impl Proxy {
         (status, raw, events)
     }
 
-    /// Starts a streamed turn and hangs up after the first chunk.
-    pub async fn chat_stream_and_hang_up(&self, uuid: &str, body: Value) {
-        use futures::StreamExt;
-        let mut chunks = self.start_stream(uuid, body).await.bytes_stream();
-        chunks.next().await.expect("a first chunk").unwrap();
+    /// Starts a streamed turn and hangs up (closes the socket) after the first chunk, like a
+    /// client that goes away.
+    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        body["stream"] = Value::Bool(true);
+        let body = body.to_string();
+        let address = self.url.trim_start_matches("http://");
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = format!(
+            "POST /{uuid}/v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut received = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !String::from_utf8_lossy(&received).contains("data: ") {
+            let n = socket.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the stream ended before its first chunk");
+            received.extend_from_slice(&buffer[..n]);
+        }
     }
 
     async fn start_stream(&self, uuid: &str, mut body: Value) -> reqwest::Response {
