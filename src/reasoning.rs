@@ -130,6 +130,9 @@ impl ReasoningStream {
             Some(true) if !self.done => {
                 non_empty(Part::Reasoning(rest.trim_end_matches('\n').to_string()))
             }
+            // Still undecided (the reply was only the start of a `<think>` tag): the prompt
+            // decides.
+            None if self.opened => non_empty(Part::Reasoning(rest.trim_matches('\n').to_string())),
             _ => non_empty(Part::Content(rest)),
         }
     }

@@ -1,0 +1,28 @@
+//! Every tool-call parser on arbitrary text, with and without healing: never panics, and text
+//! with no promoted call comes back unchanged.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rollout_proxy::tools::{Promoter, parser_for};
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let tools = serde_json::json!([
+        {"type": "function", "function": {"name": "search", "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}},
+        {"type": "function", "function": {"name": "Bash"}},
+    ]);
+    let names = vec!["search".to_string(), "Bash".to_string()];
+    for heal in [false, true] {
+        let promoter = Promoter::new(Some(&tools), &names, heal);
+        for name in ["hermes", "qwen3_coder", "mistral", "auto"] {
+            let parsed = parser_for(name).unwrap().parse(&text, &promoter);
+            for call in &parsed.calls {
+                let arguments: serde_json::Value = serde_json::from_str(&call.arguments).expect("arguments are JSON");
+                assert!(arguments.is_object());
+            }
+            if parsed.calls.is_empty() && !text.trim().is_empty() {
+                assert_eq!(parsed.content.as_deref(), Some(&*text));
+            }
+        }
+    }
+});
