@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: fetches the pinned tokenizers, templates and SmolLM2 GGUF, builds
 # the pinned llama-server (cached outside the clone), prints the chat-template conformance
-# count, then runs every test.
+# count, then runs every test and ends with one "N passed, N failed" line (also kept in
+# target/test-summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-fixtures.sh
 LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN
 cargo test --test conformance -- --nocapture
-cargo test --all-targets
+mkdir -p target
+cargo test --all-targets 2>&1 | tee target/test-output.txt
+summary=$(awk '/^test result:/ { passed += $4; failed += $6 } END { printf "tests: %d passed, %d failed\n", passed, failed }' target/test-output.txt)
+echo "$summary" | tee target/test-summary.txt
