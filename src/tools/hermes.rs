@@ -1,8 +1,6 @@
 //! Hermes / Qwen format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
 
-use super::{FoundCall, ToolParser};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use super::{FoundCall, JsonCall, ToolParser};
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -10,13 +8,6 @@ const CLOSE: &str = "</tool_call>";
 /// Parser for `<tool_call>` JSON blocks.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HermesParser;
-
-#[derive(Deserialize)]
-struct CallBody<'a> {
-    name: String,
-    #[serde(borrow, alias = "parameters", alias = "args")]
-    arguments: Option<&'a RawValue>,
-}
 
 impl ToolParser for HermesParser {
     fn name(&self) -> &'static str {
@@ -42,7 +33,7 @@ impl ToolParser for HermesParser {
                 None if heal => (text.len(), text.len()),
                 None => break,
             };
-            if let Ok(call) = serde_json::from_str::<CallBody>(text[body_start..body_end].trim()) {
+            if let Ok(call) = serde_json::from_str::<JsonCall>(text[body_start..body_end].trim()) {
                 found.push(FoundCall {
                     span: open..end,
                     name: call.name,

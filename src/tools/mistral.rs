@@ -4,8 +4,7 @@
 //! element in the middle stays text while its neighbours are promoted. Arguments that are null
 //! or not an object become `{}`.
 
-use super::{FoundCall, ToolParser};
-use serde::Deserialize;
+use super::{FoundCall, JsonCall, ToolParser};
 use serde_json::value::RawValue;
 
 const OPEN: &str = "[TOOL_CALLS]";
@@ -16,13 +15,6 @@ const ARGS: &str = "[ARGS]";
 /// Parser for Mistral `[TOOL_CALLS]` calls.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MistralParser;
-
-#[derive(Deserialize)]
-struct Element<'a> {
-    name: String,
-    #[serde(borrow, alias = "parameters", alias = "args")]
-    arguments: Option<&'a RawValue>,
-}
 
 impl ToolParser for MistralParser {
     fn name(&self) -> &'static str {
@@ -94,7 +86,7 @@ fn array_calls(
         } else {
             end - after.len()
         };
-        if let Ok(element) = serde_json::from_str::<Element>(&text[brace..close]) {
+        if let Ok(element) = serde_json::from_str::<JsonCall>(&text[brace..close]) {
             found.push(FoundCall {
                 span: span_start..span_end,
                 name: element.name,

@@ -35,6 +35,15 @@ pub struct ParsedOutput {
     pub calls: Vec<ParsedCall>,
 }
 
+/// A call written as JSON (`{"name": ..., "arguments": ...}`), as Hermes and Mistral write them;
+/// the arguments are kept as the exact text the model wrote.
+#[derive(serde::Deserialize)]
+pub(crate) struct JsonCall<'a> {
+    pub name: String,
+    #[serde(borrow, alias = "parameters", alias = "args")]
+    pub arguments: Option<&'a serde_json::value::RawValue>,
+}
+
 /// A call written in the model's text, before the promotion rules are applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundCall {
