@@ -52,6 +52,7 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
                 std::iter::empty(),
             )],
             backend: "bench".into(),
+            nudge: None,
         };
         commit(&mut state, &plan, vec![choice], false);
         messages.push(json!({"role": "assistant", "content": answer_text}));

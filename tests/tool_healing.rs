@@ -262,3 +262,90 @@ async fn session_formats_xml_and_auto() {
         .await;
     assert_eq!(status, 400);
 }
+
+const GARBLED: &str =
+    r#"I'll run it. <tool_call>{"name": "Bash", "arguments": {"cmd": </tool_call>"#;
+
+/// `nudge_tool_calls`: a reply that wrote call markup nothing could be promoted from is retried
+/// once on the same node; the node records which attempt was kept.
+#[tokio::test]
+async fn nudge_retry_extends_the_node_and_keeps_the_attempt_with_a_call() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars(GARBLED)));
+    proxy.worker.push_sample(Sample::stop(chars(BASH_CALL)));
+    let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true});
+    let (status, data) = proxy.chat(&uuid, body).await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(
+        calls(&data["choices"][0]),
+        vec![("Bash".to_string(), json!({"cmd": "ls"}))]
+    );
+    let requests = proxy.worker.requests();
+    assert_eq!(requests.len(), 2);
+    let first: Vec<u32> = serde_json::from_value(requests[0]["input_ids"].clone()).unwrap();
+    let second: Vec<u32> = serde_json::from_value(requests[1]["input_ids"].clone()).unwrap();
+    assert!(
+        second.starts_with(&first),
+        "the retry extends the same prompt"
+    );
+    let second_text: String = second.iter().filter_map(|&c| char::from_u32(c)).collect();
+    assert!(
+        second_text.contains(GARBLED) && second_text.contains("call `Bash` or `Read` now"),
+        "{second_text}"
+    );
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1);
+    let turns = nodes[0]["metadata"]["turns"].as_array().unwrap();
+    assert_eq!(
+        (turns[0]["nudge"].clone(), turns[1]["nudge"].clone()),
+        (json!("discarded"), json!("kept"))
+    );
+}
+
+#[tokio::test]
+async fn nudge_keeps_the_original_when_the_retry_has_no_call_and_is_off_by_default() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars(GARBLED)));
+    proxy
+        .worker
+        .push_sample(Sample::stop(chars("still just talking")));
+    let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true});
+    let (_, data) = proxy.chat(&uuid, body).await;
+    assert_eq!(data["choices"][0]["message"]["content"], GARBLED);
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(
+        nodes[0]["metadata"]["num_turns"], 1,
+        "the discarded retry is not in the node"
+    );
+    assert_eq!(
+        nodes[0]["metadata"]["turns"][0]["nudge"],
+        "kept_retry_discarded"
+    );
+
+    for extra in [
+        json!({}),
+        json!({"nudge_tool_calls": true, "auto_heal_tool_calls": false}),
+    ] {
+        let proxy = Proxy::atropos();
+        let uuid = proxy.session(json!({})).await;
+        proxy.worker.push_sample(Sample::stop(chars(GARBLED)));
+        let mut body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        proxy.chat(&uuid, body).await;
+        assert_eq!(proxy.worker.requests().len(), 1, "no retry with {extra}");
+    }
+    // Clean prose never triggers a retry.
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy
+        .worker
+        .push_sample(Sample::stop(chars("Here is the answer.")));
+    proxy
+        .chat(&uuid, json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true}))
+        .await;
+    assert_eq!(proxy.worker.requests().len(), 1);
+}

@@ -54,6 +54,7 @@ pub struct ChatCompletionBody {
     pub add_generation_prompt: Option<bool>,
     pub parallel_tool_calls: Option<bool>,
     pub auto_heal_tool_calls: Option<bool>,
+    pub nudge_tool_calls: Option<bool>,
 }
 
 /// `stream_options`.
@@ -91,6 +92,8 @@ pub struct ChatRequest {
     pub parallel_tool_calls: bool,
     /// Heal unclosed or loosely formed tool calls (default on).
     pub heal_tool_calls: bool,
+    /// Retry once when the model described a call it did not make (default off).
+    pub nudge_tool_calls: bool,
 }
 
 /// Why a request body cannot be served.
@@ -181,6 +184,9 @@ impl ChatRequest {
             include_usage: body.stream_options.unwrap_or_default().include_usage,
             parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
             heal_tool_calls: body.auto_heal_tool_calls.unwrap_or(true),
+            // Opting out of healing turns the nudge off too.
+            nudge_tool_calls: body.nudge_tool_calls.unwrap_or(false)
+                && body.auto_heal_tool_calls != Some(false),
         })
     }
 

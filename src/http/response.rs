@@ -127,6 +127,7 @@ pub fn sampled_choice(reply: &ChoiceReply, generation: Generation, backend: &str
         tool_calls,
         fingerprints,
         backend: backend.to_string(),
+        nudge: None,
     }
 }
 

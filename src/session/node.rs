@@ -69,6 +69,9 @@ pub struct TurnRecord {
     /// The ids were re-tokenized from text (a text-only backend), not returned by the backend.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub approximate: bool,
+    /// With `nudge_tool_calls`: whether this attempt was kept or discarded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nudge: Option<&'static str>,
 }
 
 /// A training sequence.

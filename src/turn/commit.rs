@@ -18,6 +18,8 @@ pub struct SampledChoice {
     pub fingerprints: Vec<u64>,
     /// The backend that sampled it.
     pub backend: String,
+    /// How a nudge retry went for this attempt (`kept`, `discarded`, ...), if there was one.
+    pub nudge: Option<&'static str>,
 }
 
 /// Records `choices` sampled for `plan`; returns the node index of each choice.
@@ -81,6 +83,7 @@ pub fn commit(
             backend: choice.backend,
             cached_tokens: generation.cached_tokens,
             approximate: generation.approximate,
+            nudge: choice.nudge,
         });
         state.completions.push(CompletionRecord {
             node: index,
