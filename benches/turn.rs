@@ -7,6 +7,7 @@ use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
 use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
+use rollout_proxy::tools::HermesParser;
 use rollout_proxy::turn::segments::Placeholders;
 use rollout_proxy::turn::{SampledChoice, TurnContext, commit, prepare};
 use serde_json::{Value, json};
@@ -40,7 +41,14 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
     let mut turn = 0;
     loop {
         messages.push(json!({"role": "user", "content": format!("question {turn}: {filler}")}));
-        let plan = prepare(ctx, &state, &request(&messages), HistoryMode::Sampled).unwrap();
+        let plan = prepare(
+            ctx,
+            &state,
+            &request(&messages),
+            HistoryMode::Sampled,
+            &HermesParser,
+        )
+        .unwrap();
         let generation =
             Generation::new(answer.clone(), vec![-0.5; answer.len()], FinishReason::Stop);
         let choice = SampledChoice {
@@ -71,14 +79,14 @@ fn bench_turn(c: &mut Criterion) {
     for target in [1_000usize, 8_000, 32_000] {
         let (state, messages) = session_with_history(&ctx, target);
         let req = request(&messages);
-        let plan = prepare(&ctx, &state, &req, HistoryMode::Sampled).unwrap();
+        let plan = prepare(&ctx, &state, &req, HistoryMode::Sampled, &HermesParser).unwrap();
         assert!(matches!(
             plan.base,
             rollout_proxy::turn::Base::Extend { .. }
         ));
         let id = format!("{}_tokens", state.nodes[0].len());
         group.bench_with_input(BenchmarkId::from_parameter(id), &req, |b, req| {
-            b.iter(|| prepare(&ctx, &state, req, HistoryMode::Sampled).unwrap())
+            b.iter(|| prepare(&ctx, &state, req, HistoryMode::Sampled, &HermesParser).unwrap())
         });
     }
     group.finish();

@@ -5,7 +5,7 @@
 mod common;
 
 use common::llama::LlamaServer;
-use common::mock_worker::{MockWorker, Sample, Wire};
+use common::mock_worker::{MockWorker, Reply, Sample, Wire};
 use common::{Proxy, assert_node_shape, char_model_dir, chars, fixture_model};
 use rollout_proxy::backend::{BackendConfig, BackendKind};
 use serde_json::{Value, json};
@@ -204,7 +204,9 @@ async fn hanging_up_cancels_the_backend_and_leaves_the_session_unchanged() {
         .worker
         .push_sample(Sample::stop(chars("a long answer that takes a while")));
     let next = json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "fine"}, {"role": "user", "content": "b"}]});
-    proxy.chat_stream_and_hang_up(&uuid, next.clone()).await;
+    proxy
+        .chat_stream_and_hang_up(&uuid, next.clone(), "data: ")
+        .await;
     let start = Instant::now();
     while proxy.worker.cancelled_streams() == 0 {
         assert!(
@@ -311,6 +313,7 @@ async fn hanging_up_during_a_silent_prefill_cancels_the_backend() {
         .chat_stream_and_hang_up(
             &uuid,
             json!({"messages": [{"role": "user", "content": "a"}]}),
+            "data: ",
         )
         .await;
     let start = Instant::now();
@@ -326,4 +329,123 @@ async fn hanging_up_during_a_silent_prefill_cancels_the_backend() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(proxy.nodes(&uuid).await.is_empty());
+}
+
+/// `n > 1` streams every choice token by token (one backend stream each, chunks tagged with
+/// their index); every choice is committed when all have finished.
+#[tokio::test]
+async fn several_choices_stream_side_by_side() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars("one")));
+    proxy.worker.push_sample(Sample::stop(chars("two!")));
+    let body = json!({"messages": [{"role": "user", "content": "count"}], "n": 2, "seed": 7,
+        "stream_options": {"include_usage": true}});
+    let (status, raw, events) = proxy.chat_stream(&uuid, body).await;
+    assert_eq!(status, 200, "{raw}");
+    let of = |index: u64| -> Vec<&Value> {
+        deltas(&events)
+            .into_iter()
+            .filter(|c| c["index"] == index)
+            .collect()
+    };
+    let mut texts = Vec::new();
+    for index in 0..2 {
+        let chunks = of(index);
+        assert_eq!(chunks[0]["delta"]["role"], "assistant");
+        assert_eq!(chunks.last().unwrap()["finish_reason"], "stop");
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect();
+        let ids: Vec<u32> = chunks
+            .iter()
+            .filter_map(|c| c["token_ids"].as_array())
+            .flatten()
+            .map(|id| id.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(ids, chars(&text));
+        texts.push(text);
+    }
+    texts.sort();
+    assert_eq!(texts, ["one", "two!"]);
+    let mut seeds: Vec<u64> = proxy
+        .worker
+        .requests()
+        .iter()
+        .filter_map(|r| r["sampling_params"]["sampling_seed"].as_u64())
+        .collect();
+    seeds.sort();
+    assert_eq!(seeds, [7, 8], "one stream per choice, seeds apart");
+    let usage = &events[events.len() - 2];
+    assert_eq!(usage["usage"]["completion_tokens"], 7);
+    assert_eq!(proxy.nodes(&uuid).await.len(), 2);
+}
+
+/// A streamed request that waits in the pool's queue gets its response headers at once and
+/// keep-alive comments while it waits; a client that leaves while queued leaves the queue.
+#[tokio::test]
+async fn a_queued_stream_keeps_the_client_informed_and_can_be_abandoned() {
+    let worker = MockWorker::start(Wire::Sglang);
+    let url = worker.url.clone();
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, move |settings| {
+        settings.backends.clear();
+        settings.config.servers = vec![BackendConfig {
+            num_max_requests_at_once: 1,
+            ..BackendConfig::new(&url, BackendKind::Sglang)
+        }];
+    });
+    let (a, b, c) = (
+        proxy.session(json!({})).await,
+        proxy.session(json!({})).await,
+        proxy.session(json!({})).await,
+    );
+    let hello = json!({"messages": [{"role": "user", "content": "hi"}]});
+    proxy
+        .worker
+        .push(Reply::Delayed(2500, vec![Sample::stop(chars("slow"))]));
+    proxy.worker.push_sample(Sample::stop(chars("queued")));
+    let occupy = proxy.chat(&a, hello.clone());
+    let queued = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.chat_stream(&b, hello.clone()).await
+    };
+    let ((status, _), (queued_status, raw, events)) = tokio::join!(occupy, queued);
+    assert_eq!((status, queued_status), (200, 200), "{raw}");
+    let first_data = raw.find("data: ").unwrap();
+    assert!(
+        raw[..first_data].contains(": keep-alive"),
+        "keep-alives while queued: {raw}"
+    );
+    assert_eq!(content(&events), "queued");
+
+    proxy
+        .worker
+        .push(Reply::Delayed(2500, vec![Sample::stop(chars("slow"))]));
+    let occupy = proxy.chat(&a, hello.clone());
+    let abandon = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy
+            .chat_stream_and_hang_up(&c, hello.clone(), ": keep-alive")
+            .await;
+        let start = Instant::now();
+        loop {
+            let (_, servers) = proxy.get("/servers").await;
+            if servers["queued"] == 0 {
+                assert_eq!(
+                    servers["servers"][0]["in_flight"], 1,
+                    "the first still runs"
+                );
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_millis(1000),
+                "still queued"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let ((status, _), ()) = tokio::join!(occupy, abandon);
+    assert_eq!(status, 200);
+    assert!(proxy.nodes(&c).await.is_empty());
 }

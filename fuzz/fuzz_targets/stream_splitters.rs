@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
 
     let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
     let promoter = Promoter::new(Some(&tools), &["search".to_string()], cut % 2 == 0);
-    for name in ["hermes", "qwen3_coder", "mistral", "auto"] {
+    for &name in rollout_proxy::tools::PARSER_NAMES {
         let mut stream = CallStream::new(parser_for(name).unwrap(), promoter.clone(), vec!["###".to_string()]);
         let mut pieces: Vec<Piece> = chunks.iter().flat_map(|c| stream.push(c)).collect();
         pieces.extend(stream.finish(None));

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let names = vec!["search".to_string(), "Bash".to_string()];
     for heal in [false, true] {
         let promoter = Promoter::new(Some(&tools), &names, heal);
-        for name in ["hermes", "qwen3_coder", "mistral", "auto"] {
+        for &name in rollout_proxy::tools::PARSER_NAMES {
             let parsed = parser_for(name).unwrap().parse(&text, &promoter);
             for call in &parsed.calls {
                 let arguments: serde_json::Value = serde_json::from_str(&call.arguments).expect("arguments are JSON");

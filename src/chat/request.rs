@@ -117,11 +117,6 @@ impl ChatRequest {
             return Err(RequestError::EmptyMessages);
         }
         let stream = body.stream.unwrap_or(false);
-        if stream && body.n.unwrap_or(1) != 1 {
-            return Err(RequestError::Invalid(
-                "stream=true supports n=1 only".into(),
-            ));
-        }
         let messages = body
             .messages
             .iter()

@@ -1,7 +1,9 @@
 //! `POST /{uuid}/v1/chat/completions` and its `/render` twin.
 
 use super::body::read_json;
-use super::response::{chat_logprobs, chat_message, envelope, sampled_choice, shape_choice};
+use super::response::{
+    CallIds, chat_logprobs, chat_message, envelope, sampled_choice, shape_choice,
+};
 use super::{ApiError, AppState};
 use crate::backend::GenerateRequest;
 use crate::chat::ChatMessage;
@@ -34,7 +36,14 @@ pub async fn render(
 ) -> Result<HttpResponse, ApiError> {
     let (session, request) = parse(&state, path, payload).await?;
     let guard = session.state.lock().await;
-    let plan = turn::prepare(&state.turn, &guard, &request, session.options.history)?;
+    let parser = parser_for(&session.options.tool_parser).expect("validated at session creation");
+    let plan = turn::prepare(
+        &state.turn,
+        &guard,
+        &request,
+        session.options.history,
+        parser.as_ref(),
+    )?;
     drop(guard);
     let extends_node = match &plan.base {
         Base::Extend { node } => Some(*node),
@@ -106,7 +115,13 @@ impl Attempt {
         request: &ChatRequest,
         parser: &dyn ToolParser,
     ) -> Result<Self, ApiError> {
-        let mut plan = turn::prepare(&state.turn, session_state, request, session.options.history)?;
+        let mut plan = turn::prepare(
+            &state.turn,
+            session_state,
+            request,
+            session.options.history,
+            parser,
+        )?;
         let generate = GenerateRequest {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params: request.params.clone(),
@@ -115,10 +130,20 @@ impl Attempt {
         let sampled = super::sample(state, session, &generate).await?;
         plan.prompt_ids = generate.prompt;
         let reasoning = super::reasoning_mode(state, session, &plan);
+        let mut ids = CallIds::after(session_state.issued_calls);
         let replies = sampled
             .generations
             .iter()
-            .map(|g| shape_choice(&state.turn.tokenizer, parser, request, g, reasoning))
+            .map(|g| {
+                shape_choice(
+                    &state.turn.tokenizer,
+                    parser,
+                    request,
+                    g,
+                    reasoning,
+                    &mut ids,
+                )
+            })
             .collect();
         Ok(Self {
             plan,

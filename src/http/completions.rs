@@ -86,7 +86,7 @@ pub async fn completions(
         .zip(&backends)
         .enumerate()
     {
-        let (text, end_token_text) = visible_text(tokenizer, &generation);
+        let (text, end_token_text) = visible_text(tokenizer, &generation, &[]);
         let logprobs = body.logprobs.map(|_| {
             json!({
                 "tokens": generation.token_ids.iter().map(|&id| tokenizer.decode(&[id])).collect::<Vec<_>>(),

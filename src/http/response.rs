@@ -23,13 +23,18 @@ pub struct ChoiceReply {
     pub end_token_text: Option<String>,
 }
 
-/// The visible text of a generation and the special token it ended on, if any.
-pub fn visible_text(tokenizer: &Tokenizer, generation: &Generation) -> (String, Option<String>) {
+/// The visible text of a generation (special tokens left out but those in `shown`) and the
+/// special token it ended on, if any.
+pub fn visible_text(
+    tokenizer: &Tokenizer,
+    generation: &Generation,
+    shown: &[u32],
+) -> (String, Option<String>) {
     let end_token_text = match (generation.finish_reason, generation.token_ids.last()) {
         (FinishReason::Stop, Some(&last)) => tokenizer.special_token_text(last).map(str::to_string),
         _ => None,
     };
-    let mut text = tokenizer.decode_visible(&generation.token_ids);
+    let mut text = tokenizer.decode_visible(&generation.token_ids, shown);
     // The ids include a matched stop string; the text the client sees ends before it.
     if let Some(StopMatch::Text(stop)) = &generation.stop
         && let Some(at) = text.rfind(stop.as_str())
@@ -50,8 +55,10 @@ pub fn shape_choice(
     request: &ChatRequest,
     generation: &Generation,
     reasoning: Option<bool>,
+    ids: &mut CallIds,
 ) -> ChoiceReply {
-    let (text, end_token_text) = visible_text(tokenizer, generation);
+    let shown = tokenizer.special_ids(parser.markers());
+    let (text, end_token_text) = visible_text(tokenizer, generation, &shown);
     let (reasoning, answer) = match reasoning {
         Some(opened) => crate::reasoning::split(&text, opened),
         None => (None, text.clone()),
@@ -72,7 +79,7 @@ pub fn shape_choice(
                 .calls
                 .into_iter()
                 .take(keep)
-                .map(|c| (new_call_id(), c.name, c.arguments))
+                .map(|c| (ids.issue(), c.name, c.arguments))
                 .collect();
             (parsed.content, calls)
         }
@@ -93,9 +100,24 @@ pub fn shape_choice(
     }
 }
 
-/// A fresh tool-call id.
-pub fn new_call_id() -> String {
-    format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
+/// Tool-call ids `call_0`, `call_1`, … numbered across the session (continuing from the calls
+/// it already returned), so an id names one call of the conversation when it comes back.
+#[derive(Debug, Clone, Copy)]
+pub struct CallIds {
+    next: usize,
+}
+
+impl CallIds {
+    /// Ids for a turn of a session that has returned `issued` calls.
+    pub fn after(issued: usize) -> Self {
+        Self { next: issued }
+    }
+
+    /// The next id.
+    pub fn issue(&mut self) -> String {
+        self.next += 1;
+        format!("call_{}", self.next - 1)
+    }
 }
 
 /// What the session records for a choice, so the reply can be recognised when it comes back.

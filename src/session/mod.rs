@@ -51,6 +51,8 @@ pub struct SessionState {
     pub by_fingerprint: HashMap<u64, Vec<CompletionId>>,
     /// Completion → the node that ends with it (the node a request continuing it extends).
     pub tail_of: HashMap<CompletionId, usize>,
+    /// Tool calls returned so far: the next call's id is `call_{issued_calls}`.
+    pub issued_calls: usize,
 }
 
 /// One rollout's session.

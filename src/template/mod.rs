@@ -38,6 +38,7 @@ pub struct ChatTemplate {
     name: String,
     /// `bos_token`, `eos_token`, ... as strings, passed to every render.
     special_tokens: BTreeMap<String, String>,
+    renders_tool_calls: bool,
 }
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -71,13 +72,20 @@ impl ChatTemplate {
         special_tokens: BTreeMap<String, String>,
     ) -> Result<Self, TemplateError> {
         let mut env = environment::hf_environment();
+        let renders_tool_calls = source.contains("tool_calls");
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
             name: name.into(),
             special_tokens,
+            renders_tool_calls,
         })
+    }
+
+    /// Whether the template renders assistant messages' `tool_calls` (else it would drop them).
+    pub fn renders_tool_calls(&self) -> bool {
+        self.renders_tool_calls
     }
 
     /// The template's name (bundled name, file path or model folder).

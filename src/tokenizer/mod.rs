@@ -72,16 +72,39 @@ impl Tokenizer {
         self.inner.decode(ids, false).unwrap_or_default()
     }
 
-    /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out.
-    pub fn decode_visible(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, true).unwrap_or_default()
+    /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out,
+    /// except those in `shown` (see [`Tokenizer::special_ids`]).
+    pub fn decode_visible(&self, ids: &[u32], shown: &[u32]) -> String {
+        if shown.is_empty() {
+            return self.inner.decode(ids, true).unwrap_or_default();
+        }
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.is_special(*id) || shown.contains(id))
+            .collect();
+        self.inner.decode(&kept, false).unwrap_or_default()
     }
 
-    /// An incremental decoder of visible text (special tokens left out) for streaming: each
-    /// [`TextStream::push`] returns the text the new ids complete, holding back an incomplete
-    /// UTF-8 sequence until its last byte arrives.
-    pub fn text_stream(&self) -> TextStream<'_> {
-        TextStream(self.inner.decode_stream(true))
+    /// The ids of those `texts` that are special tokens of this vocabulary: markup such as
+    /// `<|python_tag|>` that a reply must show for its tool calls to be read.
+    pub fn special_ids(&self, texts: &[&str]) -> Vec<u32> {
+        texts
+            .iter()
+            .filter_map(|text| self.token_id(text))
+            .filter(|id| self.is_special(*id))
+            .collect()
+    }
+
+    /// An incremental decoder of visible text (as [`Tokenizer::decode_visible`]) for
+    /// streaming: each [`TextStream::push`] returns the text the new ids complete, holding back
+    /// an incomplete UTF-8 sequence until its last byte arrives.
+    pub fn text_stream(&self, shown: Vec<u32>) -> TextStream<'_> {
+        TextStream {
+            decoder: self.inner.decode_stream(shown.is_empty()),
+            tokenizer: self,
+            shown,
+        }
     }
 
     /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
@@ -101,8 +124,8 @@ impl Tokenizer {
 }
 
 /// See [`Tokenizer::text_stream`].
-pub struct TextStream<'a>(
-    tokenizers::DecodeStream<
+pub struct TextStream<'a> {
+    decoder: tokenizers::DecodeStream<
         'a,
         tokenizers::ModelWrapper,
         tokenizers::NormalizerWrapper,
@@ -110,17 +133,69 @@ pub struct TextStream<'a>(
         tokenizers::PostProcessorWrapper,
         tokenizers::DecoderWrapper,
     >,
-);
+    tokenizer: &'a Tokenizer,
+    /// Special tokens shown; empty when the decoder skips every special token itself.
+    shown: Vec<u32>,
+}
 
 impl TextStream<'_> {
     /// The text completed by `ids`.
     pub fn push(&mut self, ids: &[u32]) -> String {
         let mut text = String::new();
         for &id in ids {
-            if let Ok(Some(piece)) = self.0.step(id) {
+            if !self.shown.is_empty() && self.tokenizer.is_special(id) && !self.shown.contains(&id)
+            {
+                continue;
+            }
+            if let Ok(Some(piece)) = self.decoder.step(id) {
                 text.push_str(&piece);
             }
         }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::pre_tokenizers::whitespace::Whitespace;
+
+    /// Words `a`, `b`, and the special tokens `<tag>` (a tool marker) and `<end>`.
+    fn tokenizer() -> Tokenizer {
+        let vocab = [("a", 0), ("b", 1), ("<unk>", 2)]
+            .into_iter()
+            .map(|(w, id)| (w.to_string(), id))
+            .collect();
+        let model = WordLevel::builder()
+            .vocab(vocab)
+            .unk_token("<unk>".into())
+            .build()
+            .unwrap();
+        let mut inner = tokenizers::Tokenizer::new(model);
+        inner.with_pre_tokenizer(Some(Whitespace {}));
+        inner
+            .add_special_tokens([
+                tokenizers::AddedToken::from("<tag>", true),
+                tokenizers::AddedToken::from("<end>", true),
+            ])
+            .unwrap();
+        Tokenizer::from_tokenizer(inner)
+    }
+
+    #[test]
+    fn replies_show_only_the_special_tokens_asked_for() {
+        let tokenizer = tokenizer();
+        let ids = tokenizer.encode("a <tag> b <end>").unwrap();
+        assert_eq!(tokenizer.decode_visible(&ids, &[]), "a b");
+        let shown = tokenizer.special_ids(&["<tag>", "b", "<missing>"]);
+        assert_eq!(shown, vec![3]);
+        assert_eq!(tokenizer.decode_visible(&ids, &shown), "a <tag> b");
+        let mut stream = tokenizer.text_stream(shown);
+        let streamed: Vec<String> = ids.iter().map(|id| stream.push(&[*id])).collect();
+        assert_eq!(
+            streamed.concat().split_whitespace().collect::<Vec<_>>(),
+            ["a", "<tag>", "b"]
+        );
     }
 }

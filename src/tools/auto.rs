@@ -2,14 +2,28 @@
 //! are taken in document order. Mistral's bracket forms are only looked for when no tagged call
 //! was found (bracket text is more likely to be prose).
 
-use super::{FoundCall, HermesParser, MistralParser, QwenXmlParser, ToolParser};
+use super::{
+    DeepSeekV3Parser, FoundCall, Gemma4Parser, HermesParser, MistralParser, QwenXmlParser,
+    ToolParser,
+};
 
 /// Parser that accepts any supported format.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AutoParser;
 
-const FORMATS: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser, &MistralParser];
-const TAGGED: &[&dyn ToolParser] = &[&HermesParser, &QwenXmlParser];
+const FORMATS: &[&dyn ToolParser] = &[
+    &HermesParser,
+    &QwenXmlParser,
+    &Gemma4Parser,
+    &DeepSeekV3Parser,
+    &MistralParser,
+];
+const TAGGED: &[&dyn ToolParser] = &[
+    &HermesParser,
+    &QwenXmlParser,
+    &Gemma4Parser,
+    &DeepSeekV3Parser,
+];
 
 impl ToolParser for AutoParser {
     fn name(&self) -> &'static str {
@@ -17,7 +31,38 @@ impl ToolParser for AutoParser {
     }
 
     fn signals(&self) -> &'static [&'static str] {
-        &["<tool_call>", "<function=", "[TOOL_CALLS]"]
+        &[
+            "<tool_call>",
+            "<function=",
+            "<|tool_call>",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁call▁begin｜>",
+            "[TOOL_CALLS]",
+        ]
+    }
+
+    fn markers(&self) -> &'static [&'static str] {
+        &[
+            "<tool_call>",
+            "</tool_call>",
+            "<|tool_call>",
+            "<tool_call|>",
+            "<|\"|>",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁sep｜>",
+            "[TOOL_CALLS]",
+            "[/TOOL_CALLS]",
+            "[CALL_ID]",
+            "[ARGS]",
+        ]
+    }
+
+    /// Calls the proxy never produced are written in the Hermes format.
+    fn write_calls(&self, calls: &[(&str, &serde_json::Value)]) -> String {
+        HermesParser.write_calls(calls)
     }
 
     fn block_len(&self, held: &str) -> Option<usize> {

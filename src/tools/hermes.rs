@@ -1,6 +1,7 @@
 //! Hermes / Qwen format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
 
-use super::{FoundCall, JsonCall, ToolParser};
+use super::{FoundCall, JsonCall, ToolParser, python_json};
+use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -16,6 +17,21 @@ impl ToolParser for HermesParser {
 
     fn signals(&self) -> &'static [&'static str] {
         &[OPEN]
+    }
+
+    fn markers(&self) -> &'static [&'static str] {
+        &[OPEN, CLOSE]
+    }
+
+    fn write_calls(&self, calls: &[(&str, &Value)]) -> String {
+        let calls: Vec<String> = calls
+            .iter()
+            .map(|(name, arguments)| {
+                let call = serde_json::json!({"name": name, "arguments": arguments});
+                format!("{OPEN}\n{}\n{CLOSE}", python_json(&call))
+            })
+            .collect();
+        calls.join("\n")
     }
 
     fn block_len(&self, held: &str) -> Option<usize> {

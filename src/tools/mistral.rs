@@ -4,7 +4,9 @@
 //! element in the middle stays text while its neighbours are promoted. Arguments that are null
 //! or not an object become `{}`.
 
-use super::{FoundCall, JsonCall, ToolParser};
+use super::scan::balanced;
+use super::{FoundCall, JsonCall, ToolParser, python_json};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 const OPEN: &str = "[TOOL_CALLS]";
@@ -23,6 +25,18 @@ impl ToolParser for MistralParser {
 
     fn signals(&self) -> &'static [&'static str] {
         &[OPEN]
+    }
+
+    fn markers(&self) -> &'static [&'static str] {
+        &[OPEN, CLOSE, CALL_ID, ARGS]
+    }
+
+    fn write_calls(&self, calls: &[(&str, &Value)]) -> String {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(name, arguments)| serde_json::json!({"name": name, "arguments": arguments}))
+            .collect();
+        format!("{OPEN}{}", python_json(&Value::Array(calls)))
     }
 
     fn block_len(&self, held: &str) -> Option<usize> {
@@ -149,54 +163,12 @@ fn with_closer(text: &str, end: usize) -> usize {
     }
 }
 
-/// The end (exclusive) of the bracketed JSON value starting at `start`, strings respected.
-fn balanced(text: &str, start: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, c) in text[start..].char_indices() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_string = true,
-            '[' | '{' => depth += 1,
-            ']' | '}' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(start + i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Promoter;
     use crate::tools::streaming::{CallStream, Piece};
+    use crate::tools::test_support::promoter;
     use std::sync::Arc;
-
-    fn promoter(names: &[&str]) -> Promoter {
-        let tools: Vec<_> = names
-            .iter()
-            .map(|n| serde_json::json!({"type": "function", "function": {"name": n}}))
-            .collect();
-        Promoter::new(
-            Some(&serde_json::Value::from(tools)),
-            &names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-            true,
-        )
-    }
 
     #[test]
     fn arrays_named_calls_and_call_ids() {

@@ -4,16 +4,27 @@
 //! implements [`ToolParser`]; sessions pick one by name at creation.
 
 mod auto;
+mod deepseek;
+mod gemma4;
 mod hermes;
+mod llama3;
 mod mistral;
 mod promote;
+mod pythonic;
 mod qwen_xml;
+mod scan;
 pub mod streaming;
+#[cfg(test)]
+mod test_support;
 
 pub use auto::AutoParser;
+pub use deepseek::DeepSeekV3Parser;
+pub use gemma4::Gemma4Parser;
 pub use hermes::HermesParser;
+pub use llama3::Llama3JsonParser;
 pub use mistral::MistralParser;
 pub use promote::Promoter;
+pub use pythonic::PythonicParser;
 pub use qwen_xml::QwenXmlParser;
 
 use std::sync::Arc;
@@ -60,12 +71,18 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     /// Texts that open a call: streamed text is held from any of them on.
     fn signals(&self) -> &'static [&'static str];
+    /// The format's marker texts. Where a tokenizer has them as special tokens, reply text
+    /// keeps them (other special tokens are left out), or the calls could not be seen.
+    fn markers(&self) -> &'static [&'static str];
     /// For text that starts with a signal, the length of its first call once the call's
     /// markup is complete.
     fn block_len(&self, held: &str) -> Option<usize>;
     /// Every well-formed call in `text`, in document order; with `heal`, also a call whose
     /// closing markup never came because the text ended.
     fn find_calls(&self, text: &str, heal: bool) -> Vec<FoundCall>;
+    /// `(name, arguments)` calls written as this format writes them: the text of an assistant
+    /// message's calls the proxy never produced, for templates that cannot render `tool_calls`.
+    fn write_calls(&self, calls: &[(&str, &serde_json::Value)]) -> String;
 
     /// The text split into content and the calls `promoter` accepts. Promoted markup is removed
     /// exactly; everything else (unpromoted calls included) stays, byte-intact and in order.
@@ -99,8 +116,24 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
     }
 }
 
+/// JSON text the way Python's `json.dumps` writes it (as chat templates render arguments).
+fn python_json(value: &serde_json::Value) -> String {
+    let value = minijinja::Value::from(minijinja::value::Serde(value));
+    crate::template::pyjson::dumps(&value, &Default::default()).unwrap_or_default()
+}
+
 /// Names accepted by `POST /sessions/create`'s `tool_parser`.
-pub const PARSER_NAMES: &[&str] = &["hermes", "qwen", "qwen3_coder", "mistral", "auto"];
+pub const PARSER_NAMES: &[&str] = &[
+    "hermes",
+    "qwen",
+    "qwen3_coder",
+    "mistral",
+    "llama3_json",
+    "pythonic",
+    "gemma4",
+    "deepseek_v3",
+    "auto",
+];
 
 /// The parser registered under `name`.
 pub fn parser_for(name: &str) -> Option<Arc<dyn ToolParser>> {
@@ -108,6 +141,10 @@ pub fn parser_for(name: &str) -> Option<Arc<dyn ToolParser>> {
         "hermes" | "qwen" => Some(Arc::new(HermesParser)),
         "qwen3_coder" | "qwen_xml" => Some(Arc::new(QwenXmlParser)),
         "mistral" => Some(Arc::new(MistralParser)),
+        "llama3_json" | "llama3" => Some(Arc::new(Llama3JsonParser)),
+        "pythonic" => Some(Arc::new(PythonicParser)),
+        "gemma4" => Some(Arc::new(Gemma4Parser)),
+        "deepseek_v3" | "deepseek" => Some(Arc::new(DeepSeekV3Parser)),
         "auto" => Some(Arc::new(AutoParser)),
         _ => None,
     }

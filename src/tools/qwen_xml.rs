@@ -25,6 +25,32 @@ impl ToolParser for QwenXmlParser {
         &[WRAP_OPEN, FUNCTION]
     }
 
+    fn markers(&self) -> &'static [&'static str] {
+        &[WRAP_OPEN, WRAP_CLOSE]
+    }
+
+    fn write_calls(&self, calls: &[(&str, &Value)]) -> String {
+        let calls: Vec<String> = calls
+            .iter()
+            .map(|(name, arguments)| {
+                let parameters: String = arguments
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(key, value)| {
+                        let value = match value {
+                            Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        };
+                        format!("{PARAMETER}{key}>\n{value}\n{PARAMETER_END}\n")
+                    })
+                    .collect();
+                format!("{WRAP_OPEN}\n{FUNCTION}{name}>\n{parameters}{FUNCTION_END}\n{WRAP_CLOSE}")
+            })
+            .collect();
+        calls.join("\n")
+    }
+
     fn block_len(&self, held: &str) -> Option<usize> {
         let close = if held.starts_with(WRAP_OPEN) {
             WRAP_CLOSE

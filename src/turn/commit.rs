@@ -85,6 +85,7 @@ pub fn commit(
             approximate: generation.approximate,
             nudge: choice.nudge,
         });
+        state.issued_calls += choice.tool_calls.len();
         state.completions.push(CompletionRecord {
             node: index,
             span,

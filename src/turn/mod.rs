@@ -19,12 +19,13 @@ pub mod segments;
 
 pub use commit::{SampledChoice, commit};
 
-use crate::chat::ChatRequest;
+use crate::chat::{ChatMessage, ChatRequest};
 use crate::session::{
     CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
 };
 use crate::template::{ChatTemplate, RenderRequest, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tools::ToolParser;
 use segments::{Placeholders, exact_check, generation_check, verify};
 use serde_json::Value;
 use std::sync::Arc;
@@ -69,12 +70,14 @@ pub struct Plan {
     pub next_check: SegmentCheck,
 }
 
-/// Builds the prompt for `request` on a session whose state is `state`.
+/// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
+/// session's tool-call format.
 pub fn prepare(
     ctx: &TurnContext,
     state: &SessionState,
     request: &ChatRequest,
     mode: HistoryMode,
+    parser: &dyn ToolParser,
 ) -> Result<Plan, TurnError> {
     let matched = matching::match_completions(state, &request.messages);
     let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
@@ -87,7 +90,7 @@ pub fn prepare(
                 index += 1;
                 serde_json::json!({"role": "assistant", "content": ctx.placeholders.marker(index - 1)})
             }
-            None => message.to_template_value(),
+            None => unsampled_message(ctx, message, parser),
         });
     }
     let messages = Value::Array(template_messages);
@@ -343,6 +346,37 @@ fn template_mode_plan(
 
 /// The template did not reproduce every placeholder once and in order (it dropped, reordered or
 /// altered a sampled turn): tokenize its own rendering as a new node and say so.
+/// A message the session did not sample, as the template gets it. Tool calls the proxy never
+/// produced are rendered by the template when it knows `tool_calls`; otherwise they are
+/// written into the content in the session's format, so the model still sees them.
+fn unsampled_message(ctx: &TurnContext, message: &ChatMessage, parser: &dyn ToolParser) -> Value {
+    if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
+        return message.to_template_value();
+    }
+    let arguments: Vec<Value> = message
+        .tool_calls
+        .iter()
+        .map(|c| c.arguments_value())
+        .collect();
+    let calls: Vec<(&str, &Value)> = message
+        .tool_calls
+        .iter()
+        .zip(&arguments)
+        .map(|(call, arguments)| (call.name.as_str(), arguments))
+        .collect();
+    let mut content = message.content.clone().unwrap_or_default();
+    if !content.is_empty() {
+        content.push('\n');
+    }
+    content.push_str(&parser.write_calls(&calls));
+    ChatMessage {
+        content: Some(content),
+        tool_calls: Vec::new(),
+        ..message.clone()
+    }
+    .to_template_value()
+}
+
 fn faithful_fallback(
     ctx: &TurnContext,
     state: &SessionState,

@@ -58,7 +58,7 @@ pub fn char_model_dir() -> PathBuf {
         uuid::Uuid::new_v4().simple()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let vocab: std::collections::HashMap<String, u32> = (1u32..0x3000)
+    let vocab: std::collections::HashMap<String, u32> = (1u32..0x10000)
         .filter_map(|cp| char::from_u32(cp).map(|c| (c.to_string(), cp)))
         .chain([("[UNK]".to_string(), 0)])
         .collect();
@@ -198,9 +198,9 @@ impl Proxy {
         (status, raw, events)
     }
 
-    /// Starts a streamed turn and hangs up (closes the socket) after the first chunk, like a
-    /// client that goes away.
-    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value) {
+    /// Starts a streamed turn and hangs up (closes the socket) once the response holds `seen`
+    /// (`"data: "`: after the first chunk), like a client that goes away.
+    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value, seen: &str) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         body["stream"] = Value::Bool(true);
         let body = body.to_string();
@@ -213,7 +213,7 @@ impl Proxy {
         socket.write_all(request.as_bytes()).await.unwrap();
         let mut received = Vec::new();
         let mut buffer = [0u8; 4096];
-        while !String::from_utf8_lossy(&received).contains("data: ") {
+        while !String::from_utf8_lossy(&received).contains(seen) {
             let n = socket.read(&mut buffer).await.unwrap();
             assert!(n > 0, "the stream ended before its first chunk");
             received.extend_from_slice(&buffer[..n]);
