@@ -338,14 +338,29 @@ async fn nudge_keeps_the_original_when_the_retry_has_no_call_and_is_off_by_defau
         proxy.chat(&uuid, body).await;
         assert_eq!(proxy.worker.requests().len(), 1, "no retry with {extra}");
     }
-    // Clean prose never triggers a retry.
+    // Clean prose, and a reply healing can already promote, never trigger a retry.
+    let unclosed = r#"<tool_call>{"name":"Bash","arguments":{"cmd":"ls"}}"#;
+    for reply in ["Here is the answer.", unclosed] {
+        let proxy = Proxy::atropos();
+        let uuid = proxy.session(json!({})).await;
+        proxy.worker.push_sample(Sample::stop(chars(reply)));
+        proxy
+            .chat(&uuid, json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true}))
+            .await;
+        assert_eq!(proxy.worker.requests().len(), 1, "{reply}");
+    }
+}
+
+/// A retry whose only call names an undeclared tool is no improvement: the original is kept.
+#[tokio::test]
+async fn nudge_retry_with_an_undeclared_call_is_not_kept() {
     let proxy = Proxy::atropos();
     let uuid = proxy.session(json!({})).await;
-    proxy
-        .worker
-        .push_sample(Sample::stop(chars("Here is the answer.")));
-    proxy
-        .chat(&uuid, json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true}))
-        .await;
-    assert_eq!(proxy.worker.requests().len(), 1);
+    proxy.worker.push_sample(Sample::stop(chars(GARBLED)));
+    proxy.worker.push_sample(Sample::stop(chars(NUKE_CALL)));
+    let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools(), "nudge_tool_calls": true});
+    let (_, data) = proxy.chat(&uuid, body).await;
+    assert_eq!(data["choices"][0]["message"]["content"], GARBLED);
+    assert!(data["choices"][0]["message"]["tool_calls"].is_null());
+    assert_eq!(proxy.worker.requests().len(), 2);
 }

@@ -16,6 +16,8 @@ mod scan;
 pub mod streaming;
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod unsloth_port;
 
 pub use auto::AutoParser;
 pub use deepseek::DeepSeekV3Parser;
