@@ -3,9 +3,8 @@
 
 mod common;
 
-use common::mock_worker::{MockWorker, Reply, Sample, Wire};
+use common::mock_worker::{Reply, Sample, Wire};
 use common::{Proxy, assert_node_shape, assert_openai_error, char_model_dir, chars, fixture_model};
-use rollout_proxy::backend::{BackendConfig, BackendKind};
 use serde_json::json;
 
 /// vLLM servers that list `/inference/v1/generate` get tokens in, tokens out there.
@@ -92,16 +91,7 @@ async fn weight_version_and_backend_are_recorded_per_turn() {
 /// When every backend is at its limit and the queue is full, requests get 429, not a hang.
 #[tokio::test]
 async fn saturated_pool_answers_429() {
-    let worker = MockWorker::start(Wire::Sglang);
-    let url = worker.url.clone();
-    let proxy = Proxy::start_with(char_model_dir(), None, worker, move |settings| {
-        settings.backends.clear();
-        settings.config.servers = vec![BackendConfig {
-            num_max_requests_at_once: 1,
-            ..BackendConfig::new(&url, BackendKind::Sglang)
-        }];
-        settings.config.pool.max_queued_requests = 0;
-    });
+    let proxy = Proxy::single_slot(0);
     proxy
         .worker
         .push(Reply::Delayed(400, vec![Sample::stop(chars("slow"))]));

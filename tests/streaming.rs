@@ -386,15 +386,7 @@ async fn several_choices_stream_side_by_side() {
 /// keep-alive comments while it waits; a client that leaves while queued leaves the queue.
 #[tokio::test]
 async fn a_queued_stream_keeps_the_client_informed_and_can_be_abandoned() {
-    let worker = MockWorker::start(Wire::Sglang);
-    let url = worker.url.clone();
-    let proxy = Proxy::start_with(char_model_dir(), None, worker, move |settings| {
-        settings.backends.clear();
-        settings.config.servers = vec![BackendConfig {
-            num_max_requests_at_once: 1,
-            ..BackendConfig::new(&url, BackendKind::Sglang)
-        }];
-    });
+    let proxy = Proxy::single_slot(1024);
     let (a, b, c) = (
         proxy.session(json!({})).await,
         proxy.session(json!({})).await,

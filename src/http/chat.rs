@@ -37,13 +37,7 @@ pub async fn render(
     let (session, request) = parse(&state, path, payload).await?;
     let guard = session.state.lock().await;
     let parser = parser_for(&session.options.tool_parser).expect("validated at session creation");
-    let plan = turn::prepare(
-        &state.turn,
-        &guard,
-        &request,
-        session.options.history,
-        parser.as_ref(),
-    )?;
+    let plan = super::plan_turn(&state, &session, &guard, &request, parser.as_ref())?;
     drop(guard);
     let extends_node = match &plan.base {
         Base::Extend { node } => Some(*node),
@@ -115,13 +109,7 @@ impl Attempt {
         request: &ChatRequest,
         parser: &dyn ToolParser,
     ) -> Result<Self, ApiError> {
-        let mut plan = turn::prepare(
-            &state.turn,
-            session_state,
-            request,
-            session.options.history,
-            parser,
-        )?;
+        let mut plan = super::plan_turn(state, session, session_state, request, parser)?;
         let generate = GenerateRequest {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params: request.params.clone(),

@@ -81,6 +81,24 @@ async fn sample_stream(
     Ok((events, used))
 }
 
+/// The prompt of a turn on `session` (whose state is `session_state`).
+fn plan_turn(
+    state: &AppState,
+    session: &Session,
+    session_state: &crate::session::SessionState,
+    request: &crate::chat::ChatRequest,
+    parser: &dyn crate::tools::ToolParser,
+) -> Result<crate::turn::Plan, ApiError> {
+    let history = session.options.history;
+    Ok(crate::turn::prepare(
+        &state.turn,
+        session_state,
+        request,
+        history,
+        parser,
+    )?)
+}
+
 /// `Some(opened)` when the session returns reasoning separately; `opened` says whether the
 /// prompt itself opened the reasoning block.
 fn reasoning_mode(state: &AppState, session: &Session, plan: &crate::turn::Plan) -> Option<bool> {

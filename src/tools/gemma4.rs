@@ -4,6 +4,7 @@
 //! JSON when they parse as JSON and text otherwise. A comma ends a bare value only when a
 //! `key:` follows it, so `{city:Paris, FR,days:3}` is `{"city":"Paris, FR","days":3}`.
 
+use super::scan::Cursor;
 use super::{FoundCall, ToolParser};
 use serde_json::{Map, Value};
 
@@ -109,7 +110,7 @@ fn read_call(text: &str, open: usize) -> Result<Call, Incomplete> {
         return Err(Incomplete::No);
     }
     let start = text.len() - head.len() + brace;
-    let mut reader = Reader { text, pos: start };
+    let mut reader = Reader::new(text, start);
     let arguments = reader.object()?;
     Ok(Call {
         name: name.to_string(),
@@ -118,21 +119,11 @@ fn read_call(text: &str, open: usize) -> Result<Call, Incomplete> {
     })
 }
 
-/// A cursor over Gemma 4 argument syntax.
-struct Reader<'a> {
-    text: &'a str,
-    pos: usize,
-}
+/// The shared cursor, reading this format's syntax.
+struct Gemma4Syntax;
+type Reader<'a> = Cursor<'a, Gemma4Syntax>;
 
-impl<'a> Reader<'a> {
-    fn rest(&self) -> &'a str {
-        &self.text[self.pos..]
-    }
-
-    fn skip_space(&mut self) {
-        self.pos += super::scan::leading_space(self.rest());
-    }
-
+impl Reader<'_> {
     /// Consumes `token` if the text continues with it.
     fn eat(&mut self, token: &str) -> Result<bool, Incomplete> {
         self.skip_space();

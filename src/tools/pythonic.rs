@@ -4,6 +4,7 @@
 //! True/False/None, lists, tuples, dicts) and become JSON. Element spans tile the list, so an
 //! undeclared call in the middle stays text while its neighbours are promoted.
 
+use super::scan::Cursor;
 use super::scan::{balanced_quoted, leading_space};
 use super::{FoundCall, ToolParser};
 use serde_json::{Map, Value};
@@ -100,10 +101,7 @@ fn list_calls(
     list_end: usize,
     span_end: usize,
 ) -> Vec<FoundCall> {
-    let mut reader = Reader {
-        text: &text[..list_end - 1],
-        pos: list_start + 1,
-    };
+    let mut reader = Reader::new(&text[..list_end - 1], list_start + 1);
     let mut elements = Vec::new();
     loop {
         reader.skip_space();
@@ -137,21 +135,11 @@ fn list_calls(
         .collect()
 }
 
-/// A cursor over Python call syntax.
-struct Reader<'a> {
-    text: &'a str,
-    pos: usize,
-}
+/// The shared cursor, reading this format's syntax.
+struct PythonSyntax;
+type Reader<'a> = Cursor<'a, PythonSyntax>;
 
-impl<'a> Reader<'a> {
-    fn rest(&self) -> &'a str {
-        &self.text[self.pos..]
-    }
-
-    fn skip_space(&mut self) {
-        self.pos += leading_space(self.rest());
-    }
-
+impl Reader<'_> {
     fn eat(&mut self, c: char) -> bool {
         self.skip_space();
         let eaten = self.rest().starts_with(c);

@@ -49,6 +49,33 @@ pub fn balanced_string(text: &str) -> Option<usize> {
     None
 }
 
+/// A read position in text, for the formats whose arguments are read piece by piece. Each
+/// such format adds its syntax as methods on `Cursor<'_, ItsMarker>`.
+pub struct Cursor<'a, Syntax> {
+    pub text: &'a str,
+    pub pos: usize,
+    syntax: std::marker::PhantomData<Syntax>,
+}
+
+impl<'a, Syntax> Cursor<'a, Syntax> {
+    pub fn new(text: &'a str, pos: usize) -> Self {
+        Self {
+            text,
+            pos,
+            syntax: std::marker::PhantomData,
+        }
+    }
+
+    /// The text not read yet.
+    pub fn rest(&self) -> &'a str {
+        &self.text[self.pos..]
+    }
+
+    pub fn skip_space(&mut self) {
+        self.pos += leading_space(self.rest());
+    }
+}
+
 /// Bytes of leading whitespace in `text`.
 pub fn leading_space(text: &str) -> usize {
     text.len() - text.trim_start().len()

@@ -146,6 +146,21 @@ impl Proxy {
         }
     }
 
+    /// The Atropos setup in front of one SGLang upstream that takes one request at a time, with
+    /// the pool's queue holding at most `max_queued` requests.
+    pub fn single_slot(max_queued: usize) -> Self {
+        let worker = MockWorker::start(Wire::Sglang);
+        let url = worker.url.clone();
+        Self::start_with(char_model_dir(), None, worker, move |settings| {
+            settings.backends.clear();
+            settings.config.servers = vec![rollout_proxy::backend::BackendConfig {
+                num_max_requests_at_once: 1,
+                ..rollout_proxy::backend::BackendConfig::new(&url, BackendKind::Sglang)
+            }];
+            settings.config.pool.max_queued_requests = max_queued;
+        })
+    }
+
     /// The Atropos-suite setup: char tokenizer, mock template, SGLang-format upstream.
     pub fn atropos() -> Self {
         Self::start(char_model_dir(), None, Wire::Sglang)

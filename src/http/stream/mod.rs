@@ -45,13 +45,7 @@ pub async fn respond(
     parser: Arc<dyn ToolParser>,
 ) -> Result<HttpResponse, ApiError> {
     let guard = session.state.clone().lock_owned().await;
-    let plan = turn::prepare(
-        &state.turn,
-        &guard,
-        &request,
-        session.options.history,
-        parser.as_ref(),
-    )?;
+    let plan = super::plan_turn(&state, &session, &guard, &request, parser.as_ref())?;
     let mut opening = open_streams(&state, &session, &request, &plan);
     let opened = match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
         Ok(opened) => Some(opened?),
