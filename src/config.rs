@@ -3,12 +3,13 @@
 use crate::backend::{
     BackendConfig, BackendKind, LlamaCppBackend, Pool, PoolSettings, default_factory,
 };
+use crate::engine::{self, Engine, EngineSettings};
 use crate::http::AppState;
 use crate::session::SessionStore;
 use crate::template::{
     ChatTemplate, TemplateError, TemplateSpec, load_template, template_with_source,
 };
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{GgufVocab, Tokenizer};
 use crate::turn::TurnContext;
 use crate::turn::segments::Placeholders;
 use serde::Deserialize;
@@ -42,6 +43,10 @@ pub struct Settings {
     pub model_name: Option<String>,
     pub default_max_tokens: Option<u32>,
     pub max_body_bytes: usize,
+    /// A GGUF model to serve in-process. Without it, and without any backend, the default
+    /// model is fetched and served in-process.
+    pub model: Option<PathBuf>,
+    pub engine: EngineSettings,
 }
 
 /// Start-up failures.
@@ -57,6 +62,8 @@ pub enum ConfigError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error(transparent)]
     Template(#[from] crate::template::TemplateError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
 }
 
 impl ConfigFile {
@@ -76,21 +83,6 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 impl Settings {
     /// Loads the tokenizer and template and assembles the shared state.
     pub async fn build(self) -> Result<AppState, ConfigError> {
-        let tokenizer_dir = self
-            .tokenizer
-            .or_else(|| self.config.tokenizer_name.as_ref().map(PathBuf::from))
-            .ok_or(ConfigError::NoTokenizer)?;
-        let tokenizer = Arc::new(Tokenizer::from_path(&tokenizer_dir)?);
-        let model_dir = tokenizer_dir.is_dir().then_some(tokenizer_dir.as_path());
-        let model_name = self
-            .model_name
-            .or(self.config.model_name.clone())
-            .unwrap_or_else(|| {
-                tokenizer_dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "model".into())
-            });
         let mut servers = self.config.servers.clone();
         let kind = self.backend_kind.unwrap_or(BackendKind::Vllm);
         servers.extend(
@@ -98,18 +90,54 @@ impl Settings {
                 .iter()
                 .map(|url| BackendConfig::new(url, kind)),
         );
+        let embedded = self.start_engine(servers.is_empty())?;
+        if let Some(embedded) = &embedded {
+            servers.push(BackendConfig {
+                num_max_requests_at_once: self.engine.slots,
+                ..BackendConfig::new(engine::ENGINE_URL, BackendKind::Embedded)
+            });
+            tracing::info!(model = %embedded.path.display(), "serving the model in-process (llama.cpp)");
+        }
+        let tokenizer_dir = self
+            .tokenizer
+            .clone()
+            .or_else(|| self.config.tokenizer_name.as_ref().map(PathBuf::from));
+        let tokenizer = Arc::new(match (&tokenizer_dir, &embedded) {
+            (Some(dir), _) => Tokenizer::from_path(dir)?,
+            (None, Some(embedded)) => {
+                Tokenizer::from_gguf(GgufVocab::new(embedded.engine.model().clone()))
+            }
+            (None, None) => return Err(ConfigError::NoTokenizer),
+        });
+        let model_dir = tokenizer_dir.as_deref().filter(|d| d.is_dir());
+        let model_name = self
+            .model_name
+            .clone()
+            .or(self.config.model_name.clone())
+            .unwrap_or_else(|| {
+                let named = embedded.as_ref().map(|e| e.path.as_path());
+                named
+                    .or(tokenizer_dir.as_deref())
+                    .and_then(|p| p.file_stem())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "model".into())
+            });
         let spec = self
             .chat_template
+            .clone()
             .or(self.config.chat_template.clone())
             .map(|s| TemplateSpec::parse(&s));
-        let template = match load_template(spec.as_ref(), model_dir) {
-            // No template anywhere local: a llama-server knows its model's.
-            Err(TemplateError::Load(reason)) if spec.is_none() => {
-                llama_server_template(&servers, model_dir)
-                    .await?
-                    .ok_or(TemplateError::Load(reason))?
-            }
-            other => other?,
+        let template = match (&spec, model_dir, &embedded) {
+            (None, None, Some(embedded)) => embedded.template()?,
+            _ => match load_template(spec.as_ref(), model_dir) {
+                // No template anywhere local: a llama-server knows its model's.
+                Err(TemplateError::Load(reason)) if spec.is_none() => {
+                    llama_server_template(&servers, model_dir)
+                        .await?
+                        .ok_or(TemplateError::Load(reason))?
+                }
+                other => other?,
+            },
         };
         tracing::info!(
             model = %model_name,
@@ -117,7 +145,8 @@ impl Settings {
             servers = servers.len(),
             "configuration loaded"
         );
-        let factory = default_factory(&model_name, tokenizer.clone());
+        let engine = embedded.map(|e| e.engine);
+        let factory = default_factory(&model_name, tokenizer.clone(), engine);
         Ok(AppState {
             backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
             model_name,
@@ -133,6 +162,56 @@ impl Settings {
                 .or(Some(DEFAULT_MAX_TOKENS)),
             max_body_bytes: self.max_body_bytes,
         })
+    }
+}
+
+/// The model served in-process.
+struct Embedded {
+    engine: Arc<Engine>,
+    path: PathBuf,
+    /// The fetched default model (its GGUF template has no tools).
+    is_default: bool,
+}
+
+impl Embedded {
+    /// The template when none is configured: the bundled Hermes tool-calling ChatML for the
+    /// default model, else the GGUF's own.
+    fn template(&self) -> Result<ChatTemplate, ConfigError> {
+        if self.is_default {
+            return Ok(load_template(Some(&TemplateSpec::parse("hermes")), None)?);
+        }
+        let model = self.engine.model();
+        let source = engine::model::chat_template(model).ok_or_else(|| {
+            TemplateError::Load(format!(
+                "{} carries no chat template: pass --chat-template",
+                self.path.display()
+            ))
+        })?;
+        let name = format!("{} (GGUF)", self.path.display());
+        Ok(ChatTemplate::new(
+            name,
+            source,
+            engine::model::template_tokens(model),
+        )?)
+    }
+}
+
+impl Settings {
+    /// Starts the in-process engine: for `--model`, or with the default model when nothing
+    /// else serves (`no_backends`).
+    fn start_engine(&self, no_backends: bool) -> Result<Option<Embedded>, ConfigError> {
+        let (path, is_default) = match (&self.model, no_backends) {
+            (Some(path), _) => (path.clone(), false),
+            (None, true) => (engine::default_model::default_model()?, true),
+            (None, false) => return Ok(None),
+        };
+        let model = engine::model::load(&path)?;
+        let engine = Engine::start(model, self.engine.clone())?;
+        Ok(Some(Embedded {
+            engine,
+            path,
+            is_default,
+        }))
     }
 }
 

@@ -2,6 +2,7 @@
 pub mod backend;
 pub mod chat;
 pub mod config;
+pub mod engine;
 pub mod http;
 pub mod reasoning;
 pub mod session;

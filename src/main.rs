@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use rollout_proxy::backend::BackendKind;
 use rollout_proxy::config::{ConfigFile, Settings};
+use rollout_proxy::engine::EngineSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -52,6 +53,20 @@ struct ServeArgs {
     /// Largest accepted request body, in MiB.
     #[arg(long, default_value_t = 64)]
     max_body_mib: usize,
+    /// A GGUF model to serve in-process with llama.cpp (its tokenizer and chat template come
+    /// from the file unless --tokenizer / --chat-template say otherwise). With no --model and
+    /// no backend, the default model (SmolLM2-135M-Instruct) is fetched once and served.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Threads of the in-process engine (default: all cores but one).
+    #[arg(long)]
+    engine_threads: Option<i32>,
+    /// KV-cache sequences the in-process engine keeps (sessions cached / decoded at once).
+    #[arg(long, default_value_t = 8)]
+    engine_slots: usize,
+    /// KV-cache size of the in-process engine, in tokens, shared by its sequences.
+    #[arg(long, default_value_t = 16384)]
+    engine_context: u32,
 }
 
 fn parse_kind(value: &str) -> Result<BackendKind, String> {
@@ -70,6 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => ConfigFile::read(path)?,
         None => ConfigFile::default(),
     };
+    let defaults = EngineSettings::default();
     let settings = Settings {
         config,
         tokenizer: args.tokenizer,
@@ -79,6 +95,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model_name: args.model_name,
         default_max_tokens: args.default_max_tokens,
         max_body_bytes: args.max_body_mib * 1024 * 1024,
+        model: args.model,
+        engine: EngineSettings {
+            slots: args.engine_slots,
+            context: args.engine_context,
+            threads: args.engine_threads.unwrap_or(defaults.threads),
+            ..defaults
+        },
     };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {

@@ -17,6 +17,10 @@ pub enum BackendKind {
     /// Any OpenAI-compatible text completions API: no token ids come back, so turns are
     /// re-tokenized by the proxy and marked approximate.
     Openai,
+    /// The in-process llama.cpp engine (started by `--model` or by default; never named in a
+    /// config file).
+    #[serde(skip_deserializing)]
+    Embedded,
 }
 
 impl BackendKind {

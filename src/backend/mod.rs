@@ -213,6 +213,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     }
     /// Checks that the server answers its health endpoint.
     async fn health(&self) -> Result<(), BackendError>;
+    /// Counters of its own that `GET /servers` shows (the in-process engine's), if any.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Assembles a streamed sample; an error if the stream ends before the sample finished.
@@ -233,7 +237,11 @@ pub async fn collect(url: &str, mut events: EventStream) -> Result<Generation, B
 }
 
 /// The standard clients: one per [`BackendKind`].
-pub fn default_factory(model_name: &str, tokenizer: Arc<Tokenizer>) -> ClientFactory {
+pub fn default_factory(
+    model_name: &str,
+    tokenizer: Arc<Tokenizer>,
+    engine: Option<Arc<crate::engine::Engine>>,
+) -> ClientFactory {
     let model_name = model_name.to_string();
     Box::new(move |config: &BackendConfig| -> Box<dyn Backend> {
         let timeout = Duration::from_secs_f64(config.timeout.max(0.001));
@@ -250,6 +258,11 @@ pub fn default_factory(model_name: &str, tokenizer: Arc<Tokenizer>) -> ClientFac
                 key,
                 timeout,
                 tokenizer.clone(),
+            )),
+            BackendKind::Embedded => Box::new(crate::engine::EngineBackend(
+                engine
+                    .clone()
+                    .expect("embedded entries are only added with a running engine"),
             )),
         }
     })

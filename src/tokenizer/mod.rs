@@ -1,8 +1,13 @@
-//! Text ↔ token ids with a model's Hugging Face `tokenizer.json`.
+//! Text ↔ token ids with a model's Hugging Face `tokenizer.json`, or with a GGUF model's own
+//! vocabulary when the model runs in-process.
 //!
 //! Rendered prompts contain special tokens as text (`<|im_start|>`); they are encoded as the
 //! special tokens themselves and no BOS/EOS is added, exactly like
 //! `tokenizer.encode(text, add_special_tokens=False)` in transformers.
+
+mod gguf;
+
+pub use gguf::GgufVocab;
 
 use std::path::{Path, PathBuf};
 
@@ -17,15 +22,28 @@ pub enum TokenizerError {
 
 /// A loaded tokenizer. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
-    /// Special added tokens by id (the library rebuilds its map on every query).
+    vocab: Vocab,
+    /// Special tokens by id (the Hugging Face library rebuilds its map on every query).
     special: std::collections::HashMap<u32, String>,
+}
+
+/// Where the vocabulary comes from.
+enum Vocab {
+    /// A Hugging Face `tokenizer.json`.
+    HuggingFace(Box<tokenizers::Tokenizer>),
+    /// A GGUF model's own vocabulary, through llama.cpp.
+    Gguf(GgufVocab),
 }
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, size) = match &self.vocab {
+            Vocab::HuggingFace(inner) => ("tokenizer.json", inner.get_vocab_size(true)),
+            Vocab::Gguf(vocab) => ("gguf", vocab.vocab_size()),
+        };
         f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.inner.get_vocab_size(true))
+            .field("kind", &kind)
+            .field("vocab_size", &size)
             .finish()
     }
 }
@@ -53,7 +71,18 @@ impl Tokenizer {
             .filter(|(_, token)| token.special)
             .map(|(id, token)| (id, token.content))
             .collect();
-        Self { inner, special }
+        Self {
+            vocab: Vocab::HuggingFace(Box::new(inner)),
+            special,
+        }
+    }
+
+    /// A GGUF model's vocabulary; its control tokens are the special tokens.
+    pub fn from_gguf(vocab: GgufVocab) -> Self {
+        Self {
+            special: vocab.control_tokens(),
+            vocab: Vocab::Gguf(vocab),
+        }
     }
 
     /// Token ids of `text`, special-token text included as special tokens, nothing added.
@@ -61,29 +90,39 @@ impl Tokenizer {
         if text.is_empty() {
             return Ok(Vec::new());
         }
-        self.inner
-            .encode_fast(text, false)
-            .map(|encoding| encoding.get_ids().to_vec())
-            .map_err(|e| TokenizerError::Encode(e.to_string()))
+        match &self.vocab {
+            Vocab::HuggingFace(inner) => inner
+                .encode_fast(text, false)
+                .map(|encoding| encoding.get_ids().to_vec())
+                .map_err(|e| TokenizerError::Encode(e.to_string())),
+            Vocab::Gguf(vocab) => Ok(vocab.encode(text)),
+        }
     }
 
     /// The text of `ids`, special tokens kept.
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, false).unwrap_or_default()
+        match &self.vocab {
+            Vocab::HuggingFace(inner) => inner.decode(ids, false).unwrap_or_default(),
+            Vocab::Gguf(vocab) => String::from_utf8_lossy(&vocab.decode_bytes(ids)).into_owned(),
+        }
     }
 
     /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out,
     /// except those in `shown` (see [`Tokenizer::special_ids`]).
     pub fn decode_visible(&self, ids: &[u32], shown: &[u32]) -> String {
-        if shown.is_empty() {
-            return self.inner.decode(ids, true).unwrap_or_default();
+        if let (Vocab::HuggingFace(inner), true) = (&self.vocab, shown.is_empty()) {
+            return inner.decode(ids, true).unwrap_or_default();
         }
         let kept: Vec<u32> = ids
             .iter()
             .copied()
-            .filter(|id| !self.is_special(*id) || shown.contains(id))
+            .filter(|id| self.is_shown(*id, shown))
             .collect();
-        self.inner.decode(&kept, false).unwrap_or_default()
+        self.decode(&kept)
+    }
+
+    fn is_shown(&self, id: u32, shown: &[u32]) -> bool {
+        !self.is_special(id) || shown.contains(&id)
     }
 
     /// The ids of those `texts` that are special tokens of this vocabulary: markup such as
@@ -100,8 +139,15 @@ impl Tokenizer {
     /// streaming: each [`TextStream::push`] returns the text the new ids complete, holding back
     /// an incomplete UTF-8 sequence until its last byte arrives.
     pub fn text_stream(&self, shown: Vec<u32>) -> TextStream<'_> {
+        let decoder = match &self.vocab {
+            Vocab::HuggingFace(inner) => Decoder::HuggingFace(inner.decode_stream(false)),
+            Vocab::Gguf(vocab) => Decoder::Gguf {
+                vocab,
+                pending: Vec::new(),
+            },
+        };
         TextStream {
-            decoder: self.inner.decode_stream(shown.is_empty()),
+            decoder,
             tokenizer: self,
             shown,
         }
@@ -109,7 +155,10 @@ impl Tokenizer {
 
     /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        match &self.vocab {
+            Vocab::HuggingFace(inner) => inner.token_to_id(token),
+            Vocab::Gguf(vocab) => vocab.token_id(token),
+        }
     }
 
     /// True when `id` is an added special token such as `<|im_end|>` or `<|eot_id|>`.
@@ -125,17 +174,28 @@ impl Tokenizer {
 
 /// See [`Tokenizer::text_stream`].
 pub struct TextStream<'a> {
-    decoder: tokenizers::DecodeStream<
-        'a,
-        tokenizers::ModelWrapper,
-        tokenizers::NormalizerWrapper,
-        tokenizers::PreTokenizerWrapper,
-        tokenizers::PostProcessorWrapper,
-        tokenizers::DecoderWrapper,
-    >,
+    decoder: Decoder<'a>,
     tokenizer: &'a Tokenizer,
-    /// Special tokens shown; empty when the decoder skips every special token itself.
+    /// Special tokens shown; every other special token is left out.
     shown: Vec<u32>,
+}
+
+enum Decoder<'a> {
+    HuggingFace(
+        tokenizers::DecodeStream<
+            'a,
+            tokenizers::ModelWrapper,
+            tokenizers::NormalizerWrapper,
+            tokenizers::PreTokenizerWrapper,
+            tokenizers::PostProcessorWrapper,
+            tokenizers::DecoderWrapper,
+        >,
+    ),
+    /// Token bytes not yet a complete UTF-8 sequence.
+    Gguf {
+        vocab: &'a GgufVocab,
+        pending: Vec<u8>,
+    },
 }
 
 impl TextStream<'_> {
@@ -143,16 +203,35 @@ impl TextStream<'_> {
     pub fn push(&mut self, ids: &[u32]) -> String {
         let mut text = String::new();
         for &id in ids {
-            if !self.shown.is_empty() && self.tokenizer.is_special(id) && !self.shown.contains(&id)
-            {
+            if !self.tokenizer.is_shown(id, &self.shown) {
                 continue;
             }
-            if let Ok(Some(piece)) = self.decoder.step(id) {
-                text.push_str(&piece);
+            match &mut self.decoder {
+                Decoder::HuggingFace(decoder) => {
+                    if let Ok(Some(piece)) = decoder.step(id) {
+                        text.push_str(&piece);
+                    }
+                }
+                Decoder::Gguf { vocab, pending } => {
+                    pending.extend(vocab.piece_bytes(id));
+                    take_complete_utf8(pending, &mut text);
+                }
             }
         }
         text
     }
+}
+
+/// Moves the complete UTF-8 prefix of `pending` to `text` (invalid bytes become U+FFFD; an
+/// incomplete sequence at the end waits for its last bytes).
+fn take_complete_utf8(pending: &mut Vec<u8>, text: &mut String) {
+    let complete = match std::str::from_utf8(pending) {
+        Ok(_) => pending.len(),
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        Err(_) => pending.len(),
+    };
+    text.push_str(&String::from_utf8_lossy(&pending[..complete]));
+    pending.drain(..complete);
 }
 
 #[cfg(test)]

@@ -125,6 +125,7 @@ impl Proxy {
             model_name: Some("test_model".into()),
             default_max_tokens: None,
             max_body_bytes: 1024 * 1024,
+            ..Settings::default()
         };
         tweak(&mut settings);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

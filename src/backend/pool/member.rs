@@ -160,7 +160,7 @@ impl Member {
     /// What `GET /servers` shows for this backend.
     pub fn status(&self) -> serde_json::Value {
         let health = self.health.lock().expect("health lock");
-        serde_json::json!({
+        let mut status = serde_json::json!({
             "base_url": self.config.base_url,
             "server_type": self.config.server_type,
             "healthy": health.healthy,
@@ -170,7 +170,11 @@ impl Member {
             "requests": self.requests.load(Ordering::Relaxed),
             "errors": self.errors.load(Ordering::Relaxed),
             "retries": self.retries.load(Ordering::Relaxed),
-        })
+        });
+        if let Some(stats) = self.client.stats() {
+            status["engine"] = stats;
+        }
+        status
     }
 }
 

@@ -1,0 +1,227 @@
+//! The embedded engine: a GGUF model run in-process by llama.cpp, behind the same [`Backend`]
+//! trait as the HTTP backends (token ids in; sampled ids, raw logprobs and finish reasons out,
+//! token by token). One engine thread owns the llama.cpp context ([`scheduler`]); requests
+//! reach it through a channel, so inference never runs on the async runtime's threads.
+
+pub mod default_model;
+pub mod model;
+mod sampling;
+mod scheduler;
+
+pub use sampling::{Sampler, SamplingConfig};
+pub use scheduler::new_context;
+
+use crate::backend::{Backend, BackendError, EventStream, GenerateRequest, Generation};
+use async_trait::async_trait;
+use llama_cpp_2::model::LlamaModel;
+use scheduler::Job;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The base URL the pool knows the engine by.
+pub const ENGINE_URL: &str = "embedded://llama.cpp";
+
+/// Failures of the engine itself.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot load the model: {0}")]
+    Load(String),
+    #[error("cannot fetch the default model: {0}")]
+    Fetch(String),
+    #[error("the engine thread stopped")]
+    Stopped,
+}
+
+/// Sizes of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// KV-cache cells shared by all sequences (tokens).
+    pub context: u32,
+    /// Cached sequences; also the most requests decoded at once.
+    pub slots: usize,
+    /// Most tokens decoded in one step.
+    pub batch: usize,
+    pub threads: i32,
+}
+
+impl Default for EngineSettings {
+    /// One core is left free: llama.cpp's worker threads spin at barriers, and a worker
+    /// descheduled by another busy process stalls every step (measured on 2 cores: 2 threads
+    /// decoded at 2-12 tok/s beside a build, 1 thread at 48-84).
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = cores.saturating_sub(1).max(1);
+        Self {
+            context: 16384,
+            slots: 8,
+            batch: 512,
+            threads: threads as i32,
+        }
+    }
+}
+
+/// What the engine has done since it started.
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    pub requests: AtomicU64,
+    /// Prompt tokens served from a slot's KV cache.
+    pub reused_tokens: AtomicU64,
+    /// Prompt tokens computed.
+    pub prefilled_tokens: AtomicU64,
+    pub sampled_tokens: AtomicU64,
+    pub decode_calls: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub evictions: AtomicU64,
+}
+
+/// A snapshot of [`EngineCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EngineStats {
+    pub requests: u64,
+    pub reused_tokens: u64,
+    pub prefilled_tokens: u64,
+    pub sampled_tokens: u64,
+    pub decode_calls: u64,
+    pub cancelled: u64,
+    pub evictions: u64,
+}
+
+/// A running engine. Dropping the last handle stops its thread.
+#[derive(Debug)]
+pub struct Engine {
+    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+    counters: Arc<EngineCounters>,
+    model: Arc<LlamaModel>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("prompt_len", &self.prompt.len())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread for `model`.
+    pub fn start(
+        model: Arc<LlamaModel>,
+        settings: EngineSettings,
+    ) -> Result<Arc<Self>, EngineError> {
+        if settings.slots == 0 || settings.slots > settings.batch {
+            return Err(EngineError::Load(format!(
+                "{} slots with a batch of {} tokens: need 1 ≤ slots ≤ batch",
+                settings.slots, settings.batch
+            )));
+        }
+        let (jobs, receiver) = std::sync::mpsc::channel();
+        let (ready, started) = std::sync::mpsc::channel();
+        let counters = Arc::new(EngineCounters::default());
+        let thread_model = model.clone();
+        let thread_counters = counters.clone();
+        std::thread::Builder::new()
+            .name("llama-engine".into())
+            .spawn(move || scheduler::run(thread_model, settings, receiver, thread_counters, ready))
+            .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
+        started.recv().map_err(|_| EngineError::Stopped)??;
+        Ok(Arc::new(Self {
+            jobs: std::sync::Mutex::new(jobs),
+            counters,
+            model,
+        }))
+    }
+
+    /// The model it serves.
+    pub fn model(&self) -> &Arc<LlamaModel> {
+        &self.model
+    }
+
+    /// What the engine has done so far.
+    pub fn stats(&self) -> EngineStats {
+        let c = &self.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        EngineStats {
+            requests: get(&c.requests),
+            reused_tokens: get(&c.reused_tokens),
+            prefilled_tokens: get(&c.prefilled_tokens),
+            sampled_tokens: get(&c.sampled_tokens),
+            decode_calls: get(&c.decode_calls),
+            cancelled: get(&c.cancelled),
+            evictions: get(&c.evictions),
+        }
+    }
+
+    /// Streams one sample of `request` (its `n` is ignored); `seed_offset` is added to the seed
+    /// so the samples of one request differ.
+    pub fn stream(
+        &self,
+        request: &GenerateRequest,
+        seed_offset: u64,
+    ) -> Result<EventStream, BackendError> {
+        let params = &request.params;
+        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let job = Job {
+            prompt: request.prompt.clone(),
+            sampling: SamplingConfig {
+                temperature: params.temperature.unwrap_or(1.0) as f32,
+                top_k: params.top_k.filter(|k| *k > 0).unwrap_or(0) as usize,
+                top_p: params.top_p.unwrap_or(1.0) as f32,
+                min_p: params.min_p.unwrap_or(0.0) as f32,
+                seed: params.seed.map(|s| (s as u64).wrapping_add(seed_offset)),
+            },
+            max_tokens: params.max_tokens.unwrap_or(u32::MAX) as usize,
+            stop: params.stop.clone(),
+            top_logprobs: params.top_logprobs.unwrap_or(0) as usize,
+            events,
+        };
+        self.jobs
+            .lock()
+            .expect("the job sender is never poisoned")
+            .send(job)
+            .map_err(|_| BackendError::Unreachable {
+                url: ENGINE_URL.into(),
+                reason: "the engine thread stopped".into(),
+            })?;
+        Ok(Box::pin(futures::stream::unfold(
+            receiver,
+            |mut receiver| async move { receiver.recv().await.map(|event| (event, receiver)) },
+        )))
+    }
+}
+
+/// The engine as a pool backend.
+#[derive(Debug, Clone)]
+pub struct EngineBackend(pub Arc<Engine>);
+
+#[async_trait]
+impl Backend for EngineBackend {
+    fn base_url(&self) -> &str {
+        ENGINE_URL
+    }
+
+    async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
+        let streams = (0..u64::from(request.n.max(1)))
+            .map(|i| self.0.stream(request, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let samples = streams
+            .into_iter()
+            .map(|events| crate::backend::collect(ENGINE_URL, events));
+        futures::future::try_join_all(samples).await
+    }
+
+    async fn generate_stream(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<EventStream, BackendError> {
+        self.0.stream(request, 0)
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(self.0.stats()).ok()
+    }
+}

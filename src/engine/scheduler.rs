@@ -1,0 +1,431 @@
+//! The engine thread. It owns the llama.cpp context (which may not be shared between threads)
+//! and keeps a fixed number of KV-cache sequences ("slots"). A request takes the free slot whose
+//! cached tokens share the longest prefix with its prompt, so a turn that extends a node only
+//! prefills the new suffix; idle slots keep their cache until evicted, least recently used
+//! first. Every step decodes one batch holding a token for each decoding request and prompt
+//! chunks of those still prefilling, so concurrent sessions advance together.
+
+use super::sampling::{Choice, Sampler, SamplingConfig};
+use super::{EngineCounters, EngineError, EngineSettings};
+use crate::backend::{BackendError, FinishReason, StopMatch, StreamEvent};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// One sample to produce.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingConfig,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub top_logprobs: usize,
+    /// Where its events go; a dropped receiver cancels the job.
+    pub events: UnboundedSender<Result<StreamEvent, BackendError>>,
+}
+
+/// A KV-cache sequence.
+struct Slot {
+    seq: i32,
+    /// Exactly the tokens its KV cache holds, positions 0.. in order.
+    tokens: Vec<u32>,
+    last_used: u64,
+    active: Option<Active>,
+}
+
+/// A job being served by a slot.
+struct Active {
+    job: Job,
+    sampler: Sampler,
+    /// Prompt tokens still to prefill.
+    pending: Vec<u32>,
+    /// The last sampled token, fed in the next step.
+    next_input: Option<u32>,
+    sampled: usize,
+    /// Bytes of the sampled text, for stop strings.
+    text: Vec<u8>,
+    cached: usize,
+}
+
+/// Runs the engine until every job sender is gone. `ready` gets the outcome of start-up.
+pub fn run(
+    model: Arc<LlamaModel>,
+    settings: EngineSettings,
+    jobs: std::sync::mpsc::Receiver<Job>,
+    counters: Arc<EngineCounters>,
+    ready: std::sync::mpsc::Sender<Result<(), EngineError>>,
+) {
+    let context = match new_context(&model, &settings) {
+        Ok(context) => context,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut engine = Scheduler {
+        model: &model,
+        context,
+        slots: (0..settings.slots)
+            .map(|i| Slot {
+                seq: i as i32,
+                tokens: Vec::new(),
+                last_used: 0,
+                active: None,
+            })
+            .collect(),
+        waiting: VecDeque::new(),
+        batch: LlamaBatch::new(settings.batch, 1),
+        settings,
+        counters,
+        clock: 0,
+    };
+    while engine.receive(&jobs) {
+        engine.step();
+    }
+}
+
+/// A llama.cpp context as the engine sets it up (a test computing the same forward pass needs
+/// the very same one).
+pub fn new_context<'m>(
+    model: &'m LlamaModel,
+    settings: &EngineSettings,
+) -> Result<LlamaContext<'m>, EngineError> {
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(settings.context))
+        .with_n_batch(settings.batch as u32)
+        .with_n_ubatch(settings.batch as u32)
+        .with_n_seq_max(settings.slots as u32)
+        .with_n_threads(settings.threads)
+        .with_n_threads_batch(settings.threads)
+        // One KV pool shared by all sequences: any sequence may grow into free cells.
+        .with_kv_unified(true);
+    model
+        .new_context(super::model::llama_backend()?, params)
+        .map_err(|e| EngineError::Load(format!("cannot create a context: {e}")))
+}
+
+struct Scheduler<'m> {
+    model: &'m LlamaModel,
+    context: LlamaContext<'m>,
+    slots: Vec<Slot>,
+    waiting: VecDeque<Job>,
+    batch: LlamaBatch<'static>,
+    settings: EngineSettings,
+    counters: Arc<EngineCounters>,
+    clock: u64,
+}
+
+impl Scheduler<'_> {
+    /// Takes new jobs (waiting for one when idle); false once no sender is left.
+    fn receive(&mut self, jobs: &std::sync::mpsc::Receiver<Job>) -> bool {
+        if self.waiting.is_empty() && self.slots.iter().all(|s| s.active.is_none()) {
+            match jobs.recv() {
+                Ok(job) => self.waiting.push_back(job),
+                Err(_) => return false,
+            }
+        }
+        self.waiting.extend(jobs.try_iter());
+        true
+    }
+
+    fn step(&mut self) {
+        self.clock += 1;
+        self.drop_cancelled();
+        self.admit();
+        let outputs = self.fill_batch();
+        if self.batch.n_tokens() == 0 {
+            return;
+        }
+        if let Err(error) = self.context.decode(&mut self.batch) {
+            self.fail_batch(&format!("llama.cpp decode failed: {error}"));
+            return;
+        }
+        self.counters.decode_calls.fetch_add(1, Ordering::Relaxed);
+        for (slot, index) in outputs {
+            self.sample(slot, index);
+        }
+    }
+
+    /// Jobs whose client went away stop here; their slot keeps its cache.
+    fn drop_cancelled(&mut self) {
+        for slot in &mut self.slots {
+            if slot
+                .active
+                .as_ref()
+                .is_some_and(|a| a.job.events.is_closed())
+            {
+                slot.active = None;
+                self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.waiting.retain(|job| !job.events.is_closed());
+    }
+
+    /// Gives waiting jobs free slots: the one whose cache shares the longest prefix with the
+    /// prompt, else the least recently used.
+    fn admit(&mut self) {
+        while let Some(job) = self.waiting.front() {
+            let prompt = &job.prompt;
+            let Some(index) = (0..self.slots.len())
+                .filter(|&i| self.slots[i].active.is_none())
+                .max_by_key(|&i| {
+                    let slot = &self.slots[i];
+                    (
+                        common_prefix(&slot.tokens, prompt),
+                        std::cmp::Reverse(slot.last_used),
+                    )
+                })
+            else {
+                return;
+            };
+            let job = self.waiting.pop_front().expect("a job is waiting");
+            if job.prompt.is_empty() || job.prompt.len() >= self.settings.context as usize {
+                let reason = format!(
+                    "the prompt has {} tokens; the engine's context holds {}",
+                    job.prompt.len(),
+                    self.settings.context
+                );
+                let _ = job.events.send(Err(BackendError::Status {
+                    url: super::ENGINE_URL.into(),
+                    status: 400,
+                    message: reason,
+                }));
+                continue;
+            }
+            // At least the last prompt token is decoded again: its logits start the sample.
+            let cached =
+                common_prefix(&self.slots[index].tokens, &job.prompt).min(job.prompt.len() - 1);
+            let slot = &mut self.slots[index];
+            if self
+                .context
+                .kv_cache_seq_rm(slot.seq, Some(cached as u32), None)
+                .is_err()
+            {
+                // The cache could not be cut there: start the sequence over.
+                let _ = self.context.kv_cache_seq_rm(slot.seq, None, None);
+                slot.tokens.clear();
+            }
+            slot.tokens.truncate(cached);
+            let cached = slot.tokens.len();
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .reused_tokens
+                .fetch_add(cached as u64, Ordering::Relaxed);
+            slot.active = Some(Active {
+                pending: job.prompt[cached..].to_vec(),
+                sampler: Sampler::new(job.sampling.clone()),
+                job,
+                next_input: None,
+                sampled: 0,
+                text: Vec::new(),
+                cached,
+            });
+        }
+    }
+
+    /// Puts one token per decoding job and prompt chunks of prefilling jobs in the batch;
+    /// returns `(slot, batch index)` of every position whose logits are sampled.
+    fn fill_batch(&mut self) -> Vec<(usize, i32)> {
+        self.batch.clear();
+        let decoding: usize = self
+            .slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next_input.is_some()))
+            .count();
+        let prefill_room = self.settings.batch - decoding;
+        let wanted: usize = decoding
+            + self
+                .slots
+                .iter()
+                .filter_map(|s| s.active.as_ref())
+                .map(|a| a.pending.len())
+                .sum::<usize>()
+                .min(prefill_room);
+        self.make_room(wanted);
+        let mut outputs = Vec::new();
+        let mut room = self.settings.batch;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(active) = &mut slot.active else {
+                continue;
+            };
+            if let Some(token) = active.next_input.take() {
+                add(&mut self.batch, slot.seq, slot.tokens.len(), token, true);
+                slot.tokens.push(token);
+                outputs.push((i, self.batch.n_tokens() - 1));
+                room -= 1;
+            }
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(active) = &mut slot.active else {
+                continue;
+            };
+            let take = active.pending.len().min(room);
+            if take == 0 {
+                continue;
+            }
+            let finishes = take == active.pending.len();
+            for (k, &token) in active.pending[..take].iter().enumerate() {
+                let last = finishes && k + 1 == take;
+                add(&mut self.batch, slot.seq, slot.tokens.len(), token, last);
+                slot.tokens.push(token);
+            }
+            active.pending.drain(..take);
+            self.counters
+                .prefilled_tokens
+                .fetch_add(take as u64, Ordering::Relaxed);
+            room -= take;
+            if finishes {
+                outputs.push((i, self.batch.n_tokens() - 1));
+            }
+        }
+        outputs
+    }
+
+    /// Frees KV cells for `wanted` new tokens: idle slots' caches go first, least recently
+    /// used first; then the largest active sample ends (`length`).
+    fn make_room(&mut self, wanted: usize) {
+        let capacity = self.settings.context as usize;
+        loop {
+            let used: usize = self.slots.iter().map(|s| s.tokens.len()).sum();
+            if used + wanted <= capacity {
+                return;
+            }
+            let idle = (0..self.slots.len())
+                .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].tokens.is_empty())
+                .min_by_key(|&i| self.slots[i].last_used);
+            let victim = idle.or_else(|| {
+                (0..self.slots.len())
+                    .filter(|&i| self.slots[i].active.is_some())
+                    .max_by_key(|&i| self.slots[i].tokens.len())
+            });
+            let Some(victim) = victim else { return };
+            if self.slots[victim].active.is_some() {
+                self.finish(victim, FinishReason::Length, None);
+            }
+            let slot = &mut self.slots[victim];
+            let _ = self.context.kv_cache_seq_rm(slot.seq, None, None);
+            slot.tokens.clear();
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Samples the token after batch position `index` for the job in `slot`.
+    fn sample(&mut self, slot_index: usize, index: i32) {
+        let logits = self.context.get_logits_ith(index);
+        let vocab = self.model.vocab();
+        let slot = &mut self.slots[slot_index];
+        let Some(active) = &mut slot.active else {
+            return;
+        };
+        let Choice {
+            token,
+            logprob,
+            top,
+        } = active.sampler.choose(logits, active.job.top_logprobs);
+        active.sampled += 1;
+        self.counters.sampled_tokens.fetch_add(1, Ordering::Relaxed);
+        let event = StreamEvent::Tokens {
+            token_ids: vec![token],
+            logprobs: vec![logprob],
+            top_logprobs: (active.job.top_logprobs > 0).then(|| vec![top]),
+        };
+        let _ = active.job.events.send(Ok(event));
+        let llama_token = LlamaToken::new(token as i32);
+        let stop_text = if active.job.stop.is_empty() {
+            None
+        } else {
+            let piece = vocab.token_to_piece(llama_token, false, None);
+            active.text.extend_from_slice(&piece);
+            matched_stop(&active.text, &active.job.stop, piece.len())
+        };
+        let finish = if vocab.is_eog(llama_token) {
+            Some((FinishReason::Stop, Some(StopMatch::Token(token))))
+        } else if let Some(stop) = stop_text {
+            Some((FinishReason::Stop, Some(StopMatch::Text(stop))))
+        } else if active.sampled >= active.job.max_tokens
+            || slot.tokens.len() + 1 >= self.settings.context as usize
+        {
+            Some((FinishReason::Length, None))
+        } else {
+            active.next_input = Some(token);
+            None
+        };
+        if let Some((reason, stop)) = finish {
+            self.finish(slot_index, reason, stop);
+        }
+    }
+
+    fn finish(&mut self, slot_index: usize, reason: FinishReason, stop: Option<StopMatch>) {
+        let slot = &mut self.slots[slot_index];
+        slot.last_used = self.clock;
+        if let Some(active) = slot.active.take() {
+            let _ = active.job.events.send(Ok(StreamEvent::Finished {
+                finish_reason: reason,
+                stop,
+                weight_version: None,
+                cached_tokens: Some(active.cached as u32),
+            }));
+        }
+    }
+
+    /// A failed decode leaves the batch's sequences unusable: their jobs fail and their
+    /// caches are dropped.
+    fn fail_batch(&mut self, reason: &str) {
+        tracing::error!(reason, "engine step failed");
+        for slot in &mut self.slots {
+            if let Some(active) = slot.active.take() {
+                let _ = active.job.events.send(Err(BackendError::Protocol {
+                    url: super::ENGINE_URL.into(),
+                    reason: reason.to_string(),
+                }));
+                let _ = self.context.kv_cache_seq_rm(slot.seq, None, None);
+                slot.tokens.clear();
+            }
+        }
+    }
+}
+
+fn add(batch: &mut LlamaBatch, seq: i32, position: usize, token: u32, logits: bool) {
+    batch
+        .add(
+            LlamaToken::new(token as i32),
+            position as i32,
+            &[seq],
+            logits,
+        )
+        .expect("the batch is sized for every token added");
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The stop string that the sampled text now contains, looking only where the newest piece
+/// (`new_bytes` long) could complete one.
+fn matched_stop(text: &[u8], stops: &[String], new_bytes: usize) -> Option<String> {
+    let longest = stops.iter().map(String::len).max().unwrap_or(0);
+    let from = text.len().saturating_sub(longest + new_bytes);
+    let tail = String::from_utf8_lossy(&text[from..]);
+    stops.iter().find(|s| tail.contains(s.as_str())).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_are_found_where_the_newest_piece_ends_them() {
+        let stops = vec!["###".to_string(), "END".to_string()];
+        assert_eq!(matched_stop(b"abc ##", &stops, 2), None);
+        assert_eq!(matched_stop(b"abc ###", &stops, 1).as_deref(), Some("###"));
+        assert_eq!(matched_stop(b"xEND", &stops, 3).as_deref(), Some("END"));
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
+    }
+}

@@ -1,0 +1,293 @@
+//! The in-process engine on the real default model (SmolLM2-135M-Instruct Q4_1 GGUF, fetched
+//! by scripts/fetch-fixtures.sh): one node per rollout whose logprobs a forward pass fed the
+//! same chunks reproduces exactly, suffix-only prefill, determinism under a seed, concurrent
+//! sessions, streaming and cancellation, and the proxy's token ids equal llama.cpp's own.
+
+mod common;
+
+use common::mock_worker::{MockWorker, Wire};
+use common::{Proxy, char_model_dir, fixture_model};
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::token::LlamaToken;
+use rollout_proxy::engine::{self, EngineSettings};
+use rollout_proxy::tokenizer::{GgufVocab, Tokenizer};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn gguf() -> PathBuf {
+    fixture_model("smollm2").join("model.gguf")
+}
+
+fn settings() -> EngineSettings {
+    EngineSettings {
+        context: 8192,
+        slots: 4,
+        batch: 512,
+        threads: 1,
+    }
+}
+
+/// A proxy serving the GGUF in-process: its own vocabulary, the bundled Hermes template.
+fn proxy() -> Proxy {
+    Proxy::start_with(
+        char_model_dir(),
+        None,
+        MockWorker::start(Wire::Sglang),
+        |s| {
+            s.backends.clear();
+            s.tokenizer = None;
+            s.model = Some(gguf());
+            s.engine = settings();
+            s.chat_template = Some("hermes".into());
+        },
+    )
+}
+
+async fn engine_stats(proxy: &Proxy) -> Value {
+    let (_, servers) = proxy.get("/servers").await;
+    servers["servers"][0]["engine"].clone()
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    serde_json::from_value(value.clone()).unwrap()
+}
+
+/// Turn 1, the reply sent back, turn 2: one node.
+async fn two_turns(proxy: &Proxy, uuid: &str, seed: u64) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "Name three colours."})];
+    let body =
+        |messages: &Vec<Value>| json!({"messages": messages, "max_tokens": 24, "seed": seed});
+    let (status, first) = proxy.chat(uuid, body(&messages)).await;
+    assert_eq!(status, 200, "{first}");
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "And three animals?"}));
+    let (status, second) = proxy.chat(uuid, body(&messages)).await;
+    assert_eq!(status, 200, "{second}");
+    proxy.nodes(uuid).await
+}
+
+#[tokio::test]
+async fn a_rollout_is_one_node_whose_logprobs_a_forward_pass_reproduces() {
+    let proxy = proxy();
+    let uuid = proxy.session(json!({})).await;
+    let nodes = two_turns(&proxy, &uuid, 11).await;
+    assert_eq!(nodes.len(), 1);
+    let node = &nodes[0];
+    let tokens = ids(&node["tokens"]);
+    let masked: Vec<i64> = serde_json::from_value(node["masked_tokens"].clone()).unwrap();
+    let logprobs: Vec<f64> = serde_json::from_value(node["logprobs"].clone()).unwrap();
+    let turns = node["metadata"]["turns"].as_array().unwrap();
+    // Sampled spans, in order.
+    let mut spans = Vec::new();
+    let mut at = 0;
+    while at < tokens.len() {
+        if masked[at] == -100 {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < tokens.len() && masked[at] != -100 {
+            at += 1;
+        }
+        spans.push(start..at);
+    }
+    assert_eq!(spans.len(), 2);
+
+    // Suffix-only prefill: turn 2 reused everything turn 1 left in the cache.
+    let cached = turns[1]["cached_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(
+        cached,
+        spans[0].end - 1,
+        "all but turn 1's last token was cached"
+    );
+    let stats = engine_stats(&proxy).await;
+    let prefilled = spans[0].start + (spans[1].start - cached);
+    assert_eq!(stats["prefilled_tokens"], prefilled as u64, "{stats}");
+    assert_eq!(stats["reused_tokens"], cached as u64);
+
+    // The same forward pass, fed in the engine's chunks, gives the same logprobs exactly.
+    let model = engine::model::load(&gguf()).unwrap();
+    let mut context = engine::new_context(&model, &settings()).unwrap();
+    let mut batch = LlamaBatch::new(512, 1);
+    let mut recomputed = Vec::new();
+    let mut fed = 0;
+    for span in &spans {
+        let mut chunk: Vec<u32> = tokens[fed..span.start].to_vec();
+        for sampled in span.clone() {
+            batch.clear();
+            for (k, &token) in chunk.iter().enumerate() {
+                let last = k + 1 == chunk.len();
+                batch
+                    .add(LlamaToken::new(token as i32), (fed + k) as i32, &[0], last)
+                    .unwrap();
+            }
+            context.decode(&mut batch).unwrap();
+            fed += chunk.len();
+            let logits = context.get_logits_ith(batch.n_tokens() - 1);
+            recomputed.push(log_softmax(logits, tokens[sampled]));
+            chunk = vec![tokens[sampled]];
+        }
+    }
+    let engine_logprobs: Vec<f32> = spans
+        .iter()
+        .flat_map(|s| s.clone())
+        .map(|i| logprobs[i] as f32)
+        .collect();
+    assert_eq!(engine_logprobs, recomputed);
+}
+
+fn log_softmax(logits: &[f32], token: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    (f64::from(logits[token as usize]) - (f64::from(max) + sum.ln())) as f32
+}
+
+#[tokio::test]
+async fn the_same_seed_samples_the_same_tokens() {
+    let sample = |seed: u64| async move {
+        let proxy = proxy();
+        let uuid = proxy.session(json!({})).await;
+        let body = json!({"messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": 20, "seed": seed, "temperature": 1.0});
+        let (_, data) = proxy.chat(&uuid, body).await;
+        ids(&data["choices"][0]["token_ids"])
+    };
+    let first = sample(5).await;
+    assert_eq!(first.len(), 20);
+    assert_eq!(sample(5).await, first);
+    assert_ne!(sample(6).await, first);
+}
+
+/// Several sessions at once are decoded in shared batches (fewer decode calls than sampled
+/// tokens), and each rollout is still one node.
+#[tokio::test]
+async fn concurrent_sessions_are_batched_and_each_stays_one_node() {
+    let proxy = proxy();
+    let mut uuids = Vec::new();
+    for _ in 0..4 {
+        uuids.push(proxy.session(json!({})).await);
+    }
+    let rollouts = uuids
+        .iter()
+        .enumerate()
+        .map(|(i, uuid)| two_turns(&proxy, uuid, i as u64));
+    for nodes in futures::future::join_all(rollouts).await {
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0]["metadata"]["num_turns"], 2);
+    }
+    let stats = engine_stats(&proxy).await;
+    let decode_calls = stats["decode_calls"].as_u64().unwrap();
+    let sampled = stats["sampled_tokens"].as_u64().unwrap();
+    assert!(decode_calls < sampled, "batched across sessions: {stats}");
+}
+
+#[tokio::test]
+async fn streams_token_by_token_and_a_hang_up_cancels_the_sample() {
+    let proxy = proxy();
+    let uuid = proxy.session(json!({})).await;
+    let body = json!({"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16, "seed": 1});
+    let (status, raw, events) = proxy.chat_stream(&uuid, body).await;
+    assert_eq!(status, 200, "{raw}");
+    let streamed: Vec<u32> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["token_ids"].as_array())
+        .flatten()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let node = &proxy.nodes(&uuid).await[0];
+    let masked: Vec<i64> = serde_json::from_value(node["masked_tokens"].clone()).unwrap();
+    let sampled: Vec<u32> = masked
+        .iter()
+        .filter(|t| **t != -100)
+        .map(|t| *t as u32)
+        .collect();
+    assert_eq!(streamed, sampled);
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["choices"][0]["token_ids"].is_array())
+            .count()
+            >= 2
+    );
+
+    let other = proxy.session(json!({})).await;
+    let long = json!({"messages": [{"role": "user", "content": "Write a very long story."}],
+        "max_tokens": 4000, "temperature": 1.0, "min_p": 0.0});
+    proxy.chat_stream_and_hang_up(&other, long, "data: ").await;
+    let start = Instant::now();
+    while engine_stats(&proxy).await["cancelled"] != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the sample still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(proxy.nodes(&other).await.is_empty());
+}
+
+#[tokio::test]
+async fn stop_strings_max_tokens_and_several_choices() {
+    let proxy = proxy();
+    let uuid = proxy.session(json!({})).await;
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Describe the sea in two sentences."}], "seed": 3});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let (_, data) = proxy.chat(&uuid, ask(json!({"max_tokens": 5}))).await;
+    assert_eq!(data["choices"][0]["finish_reason"], "length");
+    assert_eq!(data["choices"][0]["token_ids"].as_array().unwrap().len(), 5);
+    let (_, data) = proxy
+        .chat(&uuid, ask(json!({"max_tokens": 200, "stop": [" "]})))
+        .await;
+    let choice = &data["choices"][0];
+    assert_eq!(
+        (
+            choice["finish_reason"].clone(),
+            choice["stop_reason"].clone()
+        ),
+        (json!("stop"), json!(" "))
+    );
+    assert!(!choice["message"]["content"].as_str().unwrap().contains(' '));
+    let (_, data) = proxy
+        .chat(
+            &uuid,
+            ask(json!({"max_tokens": 8, "n": 2, "logprobs": true, "top_logprobs": 3})),
+        )
+        .await;
+    let choices = data["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    assert_eq!(
+        choices[0]["logprobs"]["content"][0]["top_logprobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+/// The ids the proxy renders with the GGUF vocabulary equal the reference tokenizer's for every
+/// SmolLM2 golden render (so they equal what llama.cpp itself computes from the same text).
+#[test]
+fn llama_cpp_tokenizes_every_golden_render_like_the_reference() {
+    let corpus: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::conformance_dir().join("smollm2.json")).unwrap(),
+    )
+    .unwrap();
+    let model = engine::model::load(&gguf()).unwrap();
+    let tokenizer = Tokenizer::from_gguf(GgufVocab::new(model));
+    let mut checked = 0;
+    for case in corpus["cases"].as_array().unwrap() {
+        let Some(text) = case["expected_text"].as_str() else {
+            continue;
+        };
+        let want = ids(&case["expected_ids"]);
+        assert_eq!(tokenizer.encode(text).unwrap(), want, "{}", case["name"]);
+        assert_eq!(tokenizer.decode(&want), text, "{}", case["name"]);
+        checked += 1;
+    }
+    assert!(checked > 20, "{checked} cases");
+}
