@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: fetches the pinned tokenizers, templates and SmolLM2 GGUF, builds
+# Runs the whole test suite: installs the build dependencies of llama.cpp if missing, fetches
+# the pinned tokenizers, templates and SmolLM2 GGUF, builds
 # the pinned llama-server (cached outside the clone), prints the chat-template conformance
 # count, then runs every test and ends with one "N passed, N failed" line (also kept in
 # target/test-summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install-build-deps.sh
 scripts/fetch-fixtures.sh
 LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN

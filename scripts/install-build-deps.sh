@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building llama.cpp needs (the in-process engine's llama-cpp-sys-2 crate and the
+# pinned llama-server): cmake, a C++ compiler, and libclang for bindgen. Debian packages; does
+# nothing when they are already there.
+set -euo pipefail
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v c++ >/dev/null || missing+=(g++)
+if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
+  missing+=(libclang-dev)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing build dependencies: ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  $sudo apt-get install -y -qq "${missing[@]}" >&2
+fi
