@@ -62,10 +62,10 @@ struct ServeArgs {
     #[arg(long)]
     engine_threads: Option<i32>,
     /// KV-cache sequences the in-process engine keeps (sessions cached / decoded at once).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 4)]
     engine_slots: usize,
-    /// KV-cache size of the in-process engine, in tokens, shared by its sequences.
-    #[arg(long, default_value_t = 16384)]
+    /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
+    #[arg(long, default_value_t = 4096)]
     engine_context: u32,
 }
 

@@ -21,7 +21,7 @@ fn gguf() -> PathBuf {
 
 fn settings() -> EngineSettings {
     EngineSettings {
-        context: 8192,
+        context: 2048,
         slots: 4,
         batch: 512,
         threads: 1,
@@ -402,4 +402,58 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A session's cache outlives other sessions' turns while free slots remain, and a prompt
+/// longer than a session's context is a clear 400 that leaves the session as it was.
+#[tokio::test]
+async fn caches_are_kept_per_session_and_overlong_prompts_are_refused() {
+    let proxy = proxy();
+    let first = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "Name three colours."})];
+    let (_, reply) = proxy
+        .chat(
+            &first,
+            json!({"messages": messages, "max_tokens": 16, "seed": 1}),
+        )
+        .await;
+    messages.push(reply["choices"][0]["message"].clone());
+    let after_first = proxy.nodes(&first).await[0]["tokens"]
+        .as_array()
+        .unwrap()
+        .len();
+    for seed in 0..2 {
+        let other = proxy.session(json!({})).await;
+        two_turns(&proxy, &other, seed).await;
+    }
+    messages.push(json!({"role": "user", "content": "And three animals?"}));
+    let (status, _) = proxy
+        .chat(
+            &first,
+            json!({"messages": messages, "max_tokens": 16, "seed": 1}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let nodes = proxy.nodes(&first).await;
+    let turns = nodes[0]["metadata"]["turns"].as_array().unwrap();
+    assert_eq!(
+        turns[1]["cached_tokens"],
+        (after_first - 1) as u64,
+        "its cache was kept"
+    );
+
+    let long = vec![json!({"role": "user", "content": "word ".repeat(3000)})];
+    let (status, error) = proxy
+        .chat(&first, json!({"messages": long, "max_tokens": 4}))
+        .await;
+    assert_eq!(status, 400, "{error}");
+    common::assert_openai_error(&error);
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--engine-context"),
+        "{error}"
+    );
+    assert_eq!(proxy.nodes(&first).await, nodes, "the session is unchanged");
 }

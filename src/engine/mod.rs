@@ -36,9 +36,9 @@ pub enum EngineError {
 /// Sizes of the engine.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// KV-cache cells shared by all sequences (tokens).
+    /// KV-cache tokens of each sequence: the longest prompt plus sample one request can have.
     pub context: u32,
-    /// Cached sequences; also the most requests decoded at once.
+    /// Cached sequences (sessions whose cache is kept); also the most requests decoded at once.
     pub slots: usize,
     /// Most tokens decoded in one step.
     pub batch: usize,
@@ -53,8 +53,8 @@ impl Default for EngineSettings {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let threads = cores.saturating_sub(1).max(1);
         Self {
-            context: 16384,
-            slots: 8,
+            context: 4096,
+            slots: 4,
             batch: 512,
             threads: threads as i32,
         }
@@ -72,6 +72,7 @@ pub struct EngineCounters {
     pub sampled_tokens: AtomicU64,
     pub decode_calls: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Requests that took a slot whose cache was not a prefix of their prompt.
     pub evictions: AtomicU64,
 }
 

@@ -47,6 +47,10 @@ pub struct Choice {
 pub struct Sampler {
     config: SamplingConfig,
     rng: ChaCha8Rng,
+    /// Reused per token: `exp(logit - max)` for every vocabulary entry.
+    scaled: Vec<f64>,
+    /// Reused per token: the tokens still in the running.
+    candidates: Vec<u32>,
 }
 
 impl Sampler {
@@ -55,13 +59,22 @@ impl Sampler {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_os_rng(),
         };
-        Self { config, rng }
+        Self {
+            config,
+            rng,
+            scaled: Vec::new(),
+            candidates: Vec::new(),
+        }
     }
 
     /// Picks the next token from `logits` (one per vocabulary entry); `top` alternatives are
     /// reported with it.
     pub fn choose(&mut self, logits: &[f32], top: usize) -> Choice {
-        let log_z = log_sum_exp(logits);
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        self.scaled.clear();
+        self.scaled
+            .extend(logits.iter().map(|&l| f64::from(l - max).exp()));
+        let log_z = f64::from(max) + self.scaled.iter().sum::<f64>().ln();
         let token = self.pick(logits);
         let mut alternatives = Vec::new();
         if top > 0 {
@@ -82,55 +95,58 @@ impl Sampler {
         }
     }
 
+    /// Draws a token; `self.scaled` holds `exp(logit - max)`. Only top-p needs the candidates
+    /// sorted; top-k selects, min-p filters against the most likely token's weight (1).
     fn pick(&mut self, logits: &[f32]) -> usize {
         let config = &self.config;
         if config.temperature <= 0.0 || config.top_k == 1 {
             return argmax(logits);
         }
-        // Candidates, most likely first.
-        let mut candidates: Vec<usize> = (0..logits.len()).collect();
+        let candidates = &mut self.candidates;
+        candidates.clear();
+        candidates.extend(0..logits.len() as u32);
+        let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
         if config.top_k > 0 && config.top_k < candidates.len() {
-            candidates
-                .select_nth_unstable_by(config.top_k - 1, |a, b| logits[*b].total_cmp(&logits[*a]));
+            candidates.select_nth_unstable_by(config.top_k - 1, by_logit);
             candidates.truncate(config.top_k);
         }
-        candidates.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]));
-        let max = f64::from(logits[candidates[0]]);
-        let mut weights: Vec<f64> = candidates
-            .iter()
-            .map(|&i| (f64::from(logits[i]) - max).exp())
-            .collect();
         if config.top_p < 1.0 {
-            let total: f64 = weights.iter().sum();
+            candidates.sort_by(by_logit);
+            let total: f64 = candidates.iter().map(|&i| self.scaled[i as usize]).sum();
             let mut cumulative = 0.0;
-            let keep = weights
+            let keep = candidates
                 .iter()
-                .position(|w| {
-                    cumulative += w / total;
+                .position(|&i| {
+                    cumulative += self.scaled[i as usize] / total;
                     cumulative >= f64::from(config.top_p)
                 })
-                .map_or(weights.len(), |at| at + 1);
-            weights.truncate(keep);
+                .map_or(candidates.len(), |at| at + 1);
+            candidates.truncate(keep);
         }
         if config.min_p > 0.0 {
-            // The first weight is the most likely token's, exp(0) = 1.
             let floor = f64::from(config.min_p);
-            let keep = weights.iter().take_while(|w| **w >= floor).count().max(1);
-            weights.truncate(keep);
+            candidates.retain(|&i| self.scaled[i as usize] >= floor);
         }
         let inverse_temperature = 1.0 / f64::from(config.temperature);
-        for (weight, &i) in weights.iter_mut().zip(&candidates) {
-            *weight = ((f64::from(logits[i]) - max) * inverse_temperature).exp();
-        }
-        let total: f64 = weights.iter().sum();
+        let weight = |i: u32| -> f64 {
+            let scaled = self.scaled[i as usize];
+            if inverse_temperature == 1.0 {
+                scaled
+            } else {
+                scaled.powf(inverse_temperature)
+            }
+        };
+        let total: f64 = candidates.iter().map(|&i| weight(i)).sum();
         let mut draw = self.rng.random::<f64>() * total;
-        for (weight, &i) in weights.iter().zip(&candidates) {
-            draw -= weight;
+        for &i in candidates.iter() {
+            draw -= weight(i);
             if draw <= 0.0 {
-                return i;
+                return i as usize;
             }
         }
-        candidates[weights.len() - 1]
+        candidates
+            .last()
+            .map_or_else(|| argmax(logits), |&i| i as usize)
     }
 }
 
@@ -140,13 +156,6 @@ fn argmax(logits: &[f32]) -> usize {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
         .map_or(0, |(i, _)| i)
-}
-
-/// `log(sum(exp(x)))`, computed stably in f64.
-fn log_sum_exp(logits: &[f32]) -> f64 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    f64::from(max) + sum.ln()
 }
 
 #[cfg(test)]

@@ -45,6 +45,11 @@ impl LlamaServer {
 
     /// Starts a server on `port` and waits until it has loaded the model.
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, &["-c", "4096", "--parallel", "2", "-t", "1"])
+    }
+
+    /// Starts a server on `port` with these sizing arguments (`-c`, `--parallel`, `-t`, …).
+    pub fn start_with(port: u16, sizing: &[&str]) -> Self {
         let model = super::fixture_model("smollm2").join("model.gguf");
         let child = Command::new(binary())
             .args([
@@ -55,7 +60,8 @@ impl LlamaServer {
                 "--port",
                 &port.to_string(),
             ])
-            .args(["-c", "4096", "--parallel", "2", "-t", "1", "--no-webui"])
+            .args(sizing)
+            .arg("--no-webui")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
