@@ -12,7 +12,6 @@
 //! `BENCH_THREADS` (default: all cores but one), `BENCH_ROUNDS` (5)).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use common::llama::LlamaServer;
