@@ -131,7 +131,13 @@ async fn round(
 
 fn main() {
     let threads: i32 = env_or("BENCH_THREADS", EngineSettings::default().threads);
-    let rounds: usize = env_or("BENCH_ROUNDS", 5);
+    // `cargo test --all-targets` runs this too (without `--bench`): one round as a smoke test.
+    let benchmarking = std::env::args().any(|a| a == "--bench");
+    let rounds: usize = if benchmarking {
+        env_or("BENCH_ROUNDS", 5)
+    } else {
+        1
+    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let gguf = common::fixture_model("smollm2").join("model.gguf");
     // 4 sequences of 4096 tokens: llama-server's `-c 16384 --parallel 4`.
