@@ -353,42 +353,19 @@ async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
     };
     assert_eq!(health["model"], "SmolLM2-135M-Instruct.Q4_1", "{health}");
     assert!(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file());
-    let uuid = client
-        .post(format!("{base}/sessions/create"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap()["uuid"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
+    let uuid = created["uuid"].as_str().unwrap();
     let tools =
         json!([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]);
-    let render: Value = client
-        .post(format!("{base}/{uuid}/v1/chat/completions/render"))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hi =
+        json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools, "max_tokens": 4});
+    let chat = format!("{base}/{uuid}/v1/chat/completions");
+    let render = common::post_json(&client, &format!("{chat}/render"), &hi).await;
     assert!(
         render["prompt_text"].as_str().unwrap().contains("<tools>"),
         "the Hermes template: {render}"
     );
-    let reply: Value = client
-        .post(format!("{base}/{uuid}/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = common::post_json(&client, &chat, &hi).await;
     let sampled = reply["choices"][0]["token_ids"].as_array().unwrap().len();
     assert!((1..=4).contains(&sampled), "{reply}");
     let _ = std::fs::remove_dir_all(&cache);

@@ -180,26 +180,15 @@ async fn serve_binary_with_config_file() {
     }
     assert_eq!(health["model"], "cfg-model", "{health}");
     assert_eq!(health["servers"], 1);
-    let created: Value = client
-        .post(format!("{base}/sessions/create"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
     let uuid = created["uuid"].as_str().unwrap();
     worker.push_sample(Sample::stop(chars("hey")));
-    let reply: Value = client
-        .post(format!("{base}/{uuid}/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = common::post_json(
+        &client,
+        &format!("{base}/{uuid}/v1/chat/completions"),
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
     child.kill().unwrap();
     let _ = child.wait();
     assert_eq!(reply["choices"][0]["message"]["content"], "hey", "{reply}");

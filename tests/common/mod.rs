@@ -35,6 +35,23 @@ pub fn fixture_model(name: &str) -> PathBuf {
 pub mod llama;
 pub mod mock_worker;
 
+/// POSTs `body` to `url` and reads the JSON reply (for servers started as processes).
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 use mock_worker::{MockWorker, Wire};
 use rollout_proxy::backend::{BackendKind, PoolSettings};
 use rollout_proxy::config::{ConfigFile, Settings};
