@@ -85,7 +85,12 @@ struct Shared {
     token_delay_ms: u64,
     /// Streams that the client closed before their end.
     cancelled_streams: usize,
+    /// Answers requests once the script is empty (load tests); requests are then not kept.
+    responder: Option<Responder>,
 }
+
+/// Chooses the sample for a request's prompt ids.
+pub type Responder = Arc<dyn Fn(&[u32]) -> Sample + Send + Sync>;
 
 /// A running scripted upstream.
 #[derive(Clone)]
@@ -135,6 +140,11 @@ impl MockWorker {
     /// Queues the reply to the next request.
     pub fn push(&self, reply: Reply) {
         self.shared.lock().unwrap().script.push_back(reply);
+    }
+
+    /// Answers every request past the script with `responder` (for load: nothing is recorded).
+    pub fn respond_with(&self, responder: Responder) {
+        self.shared.lock().unwrap().responder = Some(responder);
     }
 
     /// Queues one sample.
@@ -191,10 +201,19 @@ async fn handle(
     }
     let reply = {
         let mut shared = shared.lock().unwrap();
-        shared.requests.push(body.0.clone());
         shared.in_flight += 1;
         shared.max_in_flight = shared.max_in_flight.max(shared.in_flight);
-        shared.script.pop_front()
+        match (shared.script.pop_front(), &shared.responder) {
+            (None, Some(responder)) => {
+                let prompt: Vec<u32> =
+                    serde_json::from_value(body["input_ids"].clone()).unwrap_or_default();
+                Some(Reply::Samples(vec![responder(&prompt)]))
+            }
+            (scripted, _) => {
+                shared.requests.push(body.0.clone());
+                scripted
+            }
+        }
     };
     if body["stream"] == true
         && let Some(Reply::Samples(samples)) = &reply

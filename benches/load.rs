@@ -1,0 +1,309 @@
+//! A rollout load generator and a zero-latency SGLang upstream, both in Rust, against the
+//! release `rollout-proxy` binary as a separate process (so its CPU is its own):
+//!
+//! - load: R rollouts, C at a time, T turns each, the Python harness's workload (system prompt,
+//!   tools, a Hermes tool call answered by a tool result, then a text reply answered by the next
+//!   question; the upstream alternates by whether the prompt ends with a tool response), every
+//!   rollout checked to be one node with equal token/mask/logprob lengths, then deleted.
+//!   Reports turns/s, the proxy's CPU per turn (from its threads' schedstat, nanoseconds),
+//!   turn latency percentiles and the proxy's RSS.
+//! - growth: one long rollout, the proxy's CPU for each turn as its history grows (tool results
+//!   padded so turn 128 holds ~70k tokens).
+//!
+//! `cargo bench --bench load` (needs scripts/fetch-fixtures.sh). `LOAD_C`, `LOAD_R`, `LOAD_T`,
+//! `GROWTH_TURNS`. Under `cargo test --all-targets` it runs a small smoke version.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::fixture_model;
+use common::mock_worker::{MockWorker, Sample, Wire};
+use rollout_proxy::tokenizer::Tokenizer;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const SYSTEM: &str = "You are a helpful assistant. Use the tools when they help. Answer concisely.";
+const QUESTIONS: &[&str] = &[
+    "What's the weather like in Paris right now?",
+    "Is it raining in Tokyo? I need to decide about an umbrella.",
+    "How many people live in Lisbon?",
+    "Should I bring a jacket to Reykjavik tonight?",
+];
+
+fn env_or(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+}
+
+/// The proxy process: its CPU time (all threads, ns) and resident memory.
+struct ProxyProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ProxyProcess {
+    fn start(upstream: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let qwen3 = fixture_model("qwen3");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+            .args(["serve", "--port", &port.to_string(), "--tokenizer"])
+            .arg(&qwen3)
+            .args(["--backend", upstream, "--backend-type", "sglang"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the proxy did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, url }
+    }
+
+    fn cpu_ns(&self) -> u64 {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(tasks)
+            .map(|dir| {
+                dir.filter_map(Result::ok)
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                    .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A zero-latency upstream: a tool call unless the prompt ends with a tool response, then text.
+fn upstream(tokenizer: &Tokenizer) -> MockWorker {
+    let encode = |text: &str| tokenizer.encode(text).unwrap();
+    let call = encode(
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>",
+    );
+    let text =
+        encode("It is 18 degrees and sunny there, with a light breeze from the west.<|im_end|>");
+    let tool_response_end = tokenizer
+        .token_id("</tool_response>")
+        .expect("a Qwen3 token");
+    let worker = MockWorker::start(Wire::Sglang);
+    worker.respond_with(Arc::new(move |prompt: &[u32]| {
+        let tail = &prompt[prompt.len().saturating_sub(8)..];
+        Sample::stop(if tail.contains(&tool_response_end) {
+            text.clone()
+        } else {
+            call.clone()
+        })
+    }));
+    worker
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Value {
+    let response = client.post(url).json(body).send().await.unwrap();
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
+    response.json().await.unwrap()
+}
+
+/// One rollout of `turns` turns; returns the turn latencies. Panics on a node-check failure.
+async fn rollout(
+    client: &reqwest::Client,
+    base: &str,
+    index: usize,
+    turns: usize,
+) -> Vec<Duration> {
+    let session = post(
+        client,
+        &format!("{base}/sessions/create"),
+        &json!({"tool_parser": "hermes"}),
+    )
+    .await;
+    let uuid = session["uuid"].as_str().unwrap().to_string();
+    let chat = format!("{base}/{uuid}/v1/chat/completions");
+    let mut messages = vec![
+        json!({"role": "system", "content": SYSTEM}),
+        json!({"role": "user", "content": QUESTIONS[index % QUESTIONS.len()]}),
+    ];
+    let mut latencies = Vec::with_capacity(turns);
+    for turn in 0..turns {
+        let body =
+            json!({"messages": messages, "tools": tools(), "max_tokens": 256, "temperature": 1.0});
+        let start = Instant::now();
+        let reply = post(client, &chat, &body).await;
+        latencies.push(start.elapsed());
+        let message = reply["choices"][0]["message"].clone();
+        let calls = message["tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        messages.push(message);
+        if calls.is_empty() {
+            messages.push(
+                json!({"role": "user", "content": QUESTIONS[(index + turn + 1) % QUESTIONS.len()]}),
+            );
+        }
+        for call in calls {
+            let result = "{\"temp_c\": 18, \"conditions\": \"sunny\"}";
+            messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": result}));
+        }
+    }
+    let nodes: Value = client
+        .get(format!("{base}/{uuid}/nodes"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let nodes = nodes["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "one node per rollout");
+    let lengths: Vec<usize> = ["tokens", "masked_tokens", "logprobs"]
+        .iter()
+        .map(|k| nodes[0][*k].as_array().unwrap().len())
+        .collect();
+    assert!(lengths.windows(2).all(|w| w[0] == w[1]), "{lengths:?}");
+    client
+        .delete(format!("{base}/{uuid}"))
+        .send()
+        .await
+        .unwrap();
+    latencies
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at].as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let benchmarking = std::env::args().any(|a| a == "--bench");
+    let (c, r, t, growth_turns) = if benchmarking {
+        (
+            env_or("LOAD_C", 32),
+            env_or("LOAD_R", 200),
+            env_or("LOAD_T", 6),
+            env_or("GROWTH_TURNS", 128),
+        )
+    } else {
+        (4, 8, 6, 8)
+    };
+    let tokenizer = Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
+    let worker = upstream(&tokenizer);
+    let proxy = ProxyProcess::start(&worker.url);
+    let base = proxy.url.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(c)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // Warm-up: one rollout.
+        rollout(&client, &base, 0, t).await;
+        let idle_rss = proxy.rss_mib();
+        let next = Arc::new(AtomicUsize::new(0));
+        let cpu_before = proxy.cpu_ns();
+        let start = Instant::now();
+        let workers = (0..c).map(|_| {
+            let (client, base, next) = (client.clone(), base.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    if index >= r {
+                        return latencies;
+                    }
+                    latencies.extend(rollout(&client, &base, index, t).await);
+                }
+            })
+        });
+        let mut latencies: Vec<Duration> = futures::future::join_all(workers)
+            .await
+            .into_iter()
+            .flat_map(Result::unwrap)
+            .collect();
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = (proxy.cpu_ns() - cpu_before) as f64 / 1e6;
+        latencies.sort();
+        let turns = latencies.len();
+        println!("load: C={c} R={r} T={t}, zero-latency upstream, every rollout one node (checked)");
+        println!(
+            "  {turns} turns in {wall:.2} s = {:.0} turns/s; proxy CPU {:.3} ms/turn; latency p50/p90/p99 = {:.2}/{:.2}/{:.2} ms; RSS idle {idle_rss:.1} MiB, after {:.1} MiB",
+            turns as f64 / wall,
+            cpu / turns as f64,
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.9),
+            percentile(&latencies, 0.99),
+            proxy.rss_mib(),
+        );
+
+        // Growth: one session, its history growing by ~550 tokens a turn.
+        let pad = "river market window silver garden engine quiet morning harbor signal ".repeat(50);
+        let session = post(&client, &format!("{base}/sessions/create"), &json!({})).await;
+        let uuid = session["uuid"].as_str().unwrap();
+        let chat = format!("{base}/{uuid}/v1/chat/completions");
+        let mut messages = vec![
+            json!({"role": "system", "content": SYSTEM}),
+            json!({"role": "user", "content": QUESTIONS[0]}),
+        ];
+        let mut curve = Vec::new();
+        for turn in 1..=growth_turns {
+            let body = json!({"messages": messages, "tools": tools(), "max_tokens": 256});
+            let before = proxy.cpu_ns();
+            let reply = post(&client, &chat, &body).await;
+            let cpu = (proxy.cpu_ns() - before) as f64 / 1e6;
+            let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+            curve.push((turn, prompt_tokens, cpu));
+            let message = reply["choices"][0]["message"].clone();
+            let calls = message["tool_calls"].as_array().cloned().unwrap_or_default();
+            messages.push(message);
+            if calls.is_empty() {
+                messages.push(json!({"role": "user", "content": format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()])}));
+            }
+            for call in calls {
+                messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": format!("{{\"notes\": \"{pad}\"}}")}));
+            }
+        }
+        let nodes: Value = client.get(format!("{base}/{uuid}/nodes")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(nodes["nodes"].as_array().unwrap().len(), 1, "the long rollout is one node");
+        println!("growth: proxy CPU per turn of one rollout (turn, prompt tokens, ms)");
+        let first = curve[0].2;
+        for &(turn, tokens, cpu) in &curve {
+            if turn.is_power_of_two() || turn == growth_turns {
+                println!("  turn {turn:>4}  {tokens:>7} tokens  {cpu:>8.3} ms  ({:.1}x turn 1)", cpu / first);
+            }
+        }
+    });
+}
