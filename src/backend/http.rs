@@ -3,8 +3,50 @@
 
 use super::{BackendError, EventStream, StreamEvent};
 use serde::Serialize;
+use serde::ser::SerializeMap;
 use serde_json::Value;
 use std::time::Duration;
+
+/// A JSON request body whose token ids are written straight from the prompt (a long prompt
+/// costs no JSON value per token); the other fields are `rest`, reachable by index.
+#[derive(Debug, Clone)]
+pub struct IdsBody<'a> {
+    pub key: &'static str,
+    pub ids: &'a [u32],
+    pub rest: Value,
+}
+
+impl<'a> IdsBody<'a> {
+    /// `ids` under `key`, then the fields of the object `rest`.
+    pub fn new(key: &'static str, ids: &'a [u32], rest: Value) -> Self {
+        Self { key, ids, rest }
+    }
+}
+
+impl Serialize for IdsBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rest = self.rest.as_object();
+        let mut map = serializer.serialize_map(Some(1 + rest.map_or(0, |r| r.len())))?;
+        map.serialize_entry(self.key, self.ids)?;
+        for (key, value) in rest.into_iter().flatten() {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl std::ops::Index<&str> for IdsBody<'_> {
+    type Output = Value;
+    fn index(&self, key: &str) -> &Value {
+        &self.rest[key]
+    }
+}
+
+impl std::ops::IndexMut<&str> for IdsBody<'_> {
+    fn index_mut(&mut self, key: &str) -> &mut Value {
+        &mut self.rest[key]
+    }
+}
 
 /// Longest wait for a health or metadata probe (`/health`, `/props`, `/openapi.json`).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,13 +91,14 @@ impl JsonClient {
         root: &str,
         path: &str,
         body: &B,
-    ) -> Result<impl futures::Stream<Item = Result<bytes::Bytes, String>> + use<B>, BackendError>
+    ) -> Result<futures::stream::BoxStream<'static, Result<bytes::Bytes, String>>, BackendError>
     {
         let request = self.client.post(format!("{root}{path}")).json(body);
         let response = self.send(request, self.timeout).await?;
-        Ok(futures::StreamExt::map(response.bytes_stream(), |chunk| {
+        let bytes = futures::StreamExt::map(response.bytes_stream(), |chunk| {
             chunk.map_err(|e| e.to_string())
-        }))
+        });
+        Ok(futures::StreamExt::boxed(bytes))
     }
 
     /// GETs `{root}{path}` and parses the JSON reply.

@@ -7,7 +7,7 @@
 //! string appears: llama-server drops the logprobs of a stop word's tokens, and the node needs
 //! one for every sampled token.
 
-use super::http::{JsonClient, event_stream, server_root};
+use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{
     Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
     StreamEvent,
@@ -44,10 +44,9 @@ impl LlamaCppBackend {
         }
     }
 
-    fn body(request: &GenerateRequest, stream: bool) -> Value {
+    fn body(request: &GenerateRequest, stream: bool) -> IdsBody<'_> {
         let p = &request.params;
         let mut body = json!({
-            "prompt": request.prompt,
             "n_predict": p.max_tokens.map_or(-1, i64::from),
             "temperature": p.temperature.unwrap_or(1.0),
             "top_k": p.top_k.filter(|k| *k > 0).unwrap_or(0),
@@ -66,7 +65,7 @@ impl LlamaCppBackend {
         if let Some(seed) = p.seed {
             body["seed"] = json!(seed);
         }
-        body
+        IdsBody::new("prompt", &request.prompt, body)
     }
 
     /// One sample, whole (no stop strings to watch for).

@@ -1,6 +1,6 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
-use super::http::{JsonClient, event_stream, server_root, set_present};
+use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
 use super::{
     Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
     StreamEvent,
@@ -24,7 +24,7 @@ impl SglangBackend {
         }
     }
 
-    fn body(request: &GenerateRequest) -> Value {
+    fn body(request: &GenerateRequest) -> IdsBody<'_> {
         let p = &request.params;
         let mut sampling = json!({ "n": request.n });
         set_present(
@@ -39,15 +39,15 @@ impl SglangBackend {
                 ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
             ],
         );
-        json!({
-            "input_ids": request.prompt,
+        let rest = json!({
             "sampling_params": sampling,
             "return_logprob": true,
             "logprob_start_len": -1,
             "top_logprobs_num": p.top_logprobs.unwrap_or(0),
             "return_text_in_logprobs": false,
             "stream": false,
-        })
+        });
+        IdsBody::new("input_ids", &request.prompt, rest)
     }
 
     fn parse_output(

@@ -1,7 +1,7 @@
 //! vLLM: the tokens-in `POST /inference/v1/generate` when the server has it (probed once via
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
-use super::http::{JsonClient, event_stream, server_root, set_present};
+use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
 use super::{
     Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
     StreamEvent,
@@ -74,10 +74,9 @@ impl VllmBackend {
         );
     }
 
-    fn completions_body(&self, request: &GenerateRequest) -> Value {
+    fn completions_body<'r>(&self, request: &'r GenerateRequest) -> IdsBody<'r> {
         let mut body = json!({
             "model": self.model,
-            "prompt": request.prompt,
             "n": request.n,
             "logprobs": request.params.top_logprobs.unwrap_or(0),
             "return_tokens_as_token_ids": true,
@@ -85,17 +84,18 @@ impl VllmBackend {
             "skip_special_tokens": false,
         });
         Self::sampling(request, &mut body);
-        body
+        IdsBody::new("prompt", &request.prompt, body)
     }
 
-    fn generate_body(request: &GenerateRequest) -> Value {
+    fn generate_body(request: &GenerateRequest) -> IdsBody<'_> {
         let mut sampling = json!({
             "n": request.n,
             "logprobs": request.params.top_logprobs.unwrap_or(0),
             "skip_special_tokens": false,
         });
         Self::sampling(request, &mut sampling);
-        json!({"token_ids": request.prompt, "sampling_params": sampling, "stream": false})
+        let rest = json!({"sampling_params": sampling, "stream": false});
+        IdsBody::new("token_ids", &request.prompt, rest)
     }
 
     /// A `/v1/completions` choice (legacy logprobs: parallel arrays, `token_id:N` keys).
@@ -348,7 +348,7 @@ mod tests {
             },
             n: 2,
         };
-        let body = backend().completions_body(&request);
+        let body = serde_json::to_value(backend().completions_body(&request)).unwrap();
         assert_eq!(body["prompt"], json!([1, 2]));
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["top_k"], 5);
@@ -358,7 +358,7 @@ mod tests {
             "unset fields keep the server default"
         );
         assert_eq!(body["return_token_ids"], true);
-        let generate = VllmBackend::generate_body(&request);
+        let generate = serde_json::to_value(VllmBackend::generate_body(&request)).unwrap();
         assert_eq!(generate["token_ids"], json!([1, 2]));
         assert_eq!(generate["sampling_params"]["max_tokens"], 8);
         assert_eq!(generate["sampling_params"]["n"], 2);

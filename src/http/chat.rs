@@ -2,7 +2,8 @@
 
 use super::body::read_json;
 use super::response::{
-    CallIds, chat_logprobs, chat_message, envelope, sampled_choice, shape_choice,
+    CallIds, chat_logprobs, chat_message, envelope, json_response, json_with_ids, sampled_choice,
+    shape_choice,
 };
 use super::{ApiError, AppState};
 use crate::backend::GenerateRequest;
@@ -68,7 +69,7 @@ pub async fn completions(
     if !(request.nudge_tool_calls && attempt.deserves_nudge(&request, parser.as_ref())) {
         let body = attempt.body(&state, &request);
         attempt.commit(&mut guard, &session, None);
-        return Ok(HttpResponse::Ok().json(body));
+        return Ok(json_response(body));
     }
     // The model described a call it did not make: record this attempt, then ask once more on
     // the same node; keep whichever attempt has a call, and say so in the node.
@@ -81,14 +82,14 @@ pub async fn completions(
             set_nudge(&mut guard, nodes[0], "discarded");
             let body = retry.body(&state, &retry_request);
             retry.commit(&mut guard, &session, Some("kept"));
-            Ok(HttpResponse::Ok().json(body))
+            Ok(json_response(body))
         }
         other => {
             if let Err(error) = other {
                 tracing::warn!(%error, "nudge retry failed; keeping the first attempt");
             }
             set_nudge(&mut guard, nodes[0], "kept_retry_discarded");
-            Ok(HttpResponse::Ok().json(first_body))
+            Ok(json_response(first_body))
         }
     }
 }
@@ -149,7 +150,9 @@ impl Attempt {
             && parser.signals().iter().any(|s| reply.text.contains(s))
     }
 
-    fn body(&self, state: &AppState, request: &ChatRequest) -> serde_json::Value {
+    /// The response body: the prompt's ids are written straight from the plan (a long
+    /// history costs no JSON value per token).
+    fn body(&self, state: &AppState, request: &ChatRequest) -> Vec<u8> {
         let tokenizer = &state.turn.tokenizer;
         let choices: Vec<_> = self
             .replies
@@ -171,7 +174,7 @@ impl Attempt {
             })
             .collect();
         let completion_tokens: usize = self.generations.iter().map(|g| g.token_ids.len()).sum();
-        let mut body = envelope(
+        let body = envelope(
             "chat.completion",
             "chatcmpl",
             &state.model_name,
@@ -179,8 +182,7 @@ impl Attempt {
             self.plan.prompt_ids.len(),
             completion_tokens,
         );
-        body["prompt_token_ids"] = json!(self.plan.prompt_ids);
-        body
+        json_with_ids(&body, "prompt_token_ids", &self.plan.prompt_ids)
     }
 
     /// Records the attempt; returns the node of each choice.

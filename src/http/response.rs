@@ -206,6 +206,30 @@ pub fn envelope(
     })
 }
 
+/// `body` (a JSON object) serialised with `key: ids` added last, the ids written straight
+/// from the slice: a long prompt costs no JSON value per token.
+pub fn json_with_ids(body: &Value, key: &str, ids: &[u32]) -> Vec<u8> {
+    let mut out = serde_json::to_vec(body).unwrap_or_default();
+    if out.last() == Some(&b'}') {
+        out.pop();
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, ids);
+        out.push(b'}');
+    }
+    out
+}
+
+/// A 200 reply carrying already serialised JSON.
+pub fn json_response(body: Vec<u8>) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
+}
+
 /// The `message` object of a chat choice.
 pub fn chat_message(reply: &ChoiceReply) -> Value {
     let mut message = json!({"role": "assistant", "content": reply.content});
@@ -222,4 +246,20 @@ pub fn chat_message(reply: &ChoiceReply) -> Value {
             .collect();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_written_last_into_the_object() {
+        let out = json_with_ids(&json!({"a": 1}), "ids", &[3, 4]);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&out).unwrap(),
+            json!({"a": 1, "ids": [3, 4]})
+        );
+        let out = json_with_ids(&json!({}), "ids", &[]);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"ids":[]}"#);
+    }
 }

@@ -5,7 +5,7 @@
 
 mod choice;
 
-use super::response::{CallIds, chat_logprobs, sampled_choice};
+use super::response::{CallIds, chat_logprobs, json_with_ids, sampled_choice};
 use super::{ApiError, AppState};
 use crate::backend::{EventStream, GenerateRequest, Generation, StreamEvent};
 use crate::chat::ChatRequest;
@@ -180,11 +180,16 @@ impl StreamedTurn {
             },
         ));
         for index in 0..choices.len() {
-            let mut role = self.chunk(index, json!({"role": "assistant", "content": ""}), None);
+            let role = self.chunk(index, json!({"role": "assistant", "content": ""}), None);
             if index == 0 {
-                role["prompt_token_ids"] = json!(self.plan.prompt_ids);
+                let role = json_with_ids(&role, "prompt_token_ids", &self.plan.prompt_ids);
+                let mut event = b"data: ".to_vec();
+                event.extend(role);
+                event.extend(b"\n\n");
+                self.send_raw(Bytes::from(event)).await?;
+            } else {
+                self.send(&role).await?;
             }
-            self.send(&role).await?;
         }
         let mut unfinished = choices.len();
         let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
