@@ -102,24 +102,50 @@ pub async fn nodes(
         .nodes
         .iter()
         .enumerate()
-        .map(|(index, node)| node_json(&state, index, node))
+        .map(|(index, node)| NodeView::new(&state, index, node))
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "nodes": nodes })))
+    // Written straight from the node's arrays: no JSON value per token.
+    let body = serde_json::to_vec(&NodesView { nodes }).map_err(|e| {
+        ApiError::new(
+            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            e.to_string(),
+        )
+    })?;
+    Ok(super::response::json_response(body))
 }
 
-fn node_json(state: &AppState, index: usize, node: &Node) -> serde_json::Value {
-    json!({
-        "full_text": state.turn.tokenizer.decode(node.tokens()),
-        "tokens": node.tokens(),
-        "masked_tokens": node.masked_tokens(),
-        "logprobs": node.logprobs(),
-        "metadata": {
-            "node_index": index,
-            "num_turns": node.turns.len(),
-            "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
-            "turns": node.turns,
-            "divergence": node.divergence,
-            "parent": node.parent,
-        },
-    })
+#[derive(serde::Serialize)]
+struct NodesView<'a> {
+    nodes: Vec<NodeView<'a>>,
+}
+
+/// A node as trainers receive it.
+#[derive(serde::Serialize)]
+struct NodeView<'a> {
+    full_text: String,
+    tokens: &'a [u32],
+    masked_tokens: Vec<i64>,
+    /// As f64, so each value prints as the f64 nearest the stored f32 (as before).
+    logprobs: Vec<f64>,
+    metadata: serde_json::Value,
+}
+
+impl<'a> NodeView<'a> {
+    fn new(state: &AppState, index: usize, node: &'a Node) -> Self {
+        Self {
+            full_text: state.turn.tokenizer.decode(node.tokens()),
+            tokens: node.tokens(),
+            masked_tokens: node.masked_tokens(),
+            logprobs: node.logprobs().into_iter().map(f64::from).collect(),
+            metadata: json!({
+                "node_index": index,
+                "num_turns": node.turns.len(),
+                "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
+                "turns": node.turns,
+                "divergence": node.divergence,
+                "parent": node.parent,
+            }),
+        }
+    }
 }
