@@ -91,7 +91,7 @@ pub struct EngineStats {
 /// A running engine. Dropping the last handle stops its thread.
 #[derive(Debug)]
 pub struct Engine {
-    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+    jobs: std::sync::mpsc::Sender<Job>,
     counters: Arc<EngineCounters>,
     model: Arc<LlamaModel>,
 }
@@ -127,7 +127,7 @@ impl Engine {
             .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
         started.recv().map_err(|_| EngineError::Stopped)??;
         Ok(Arc::new(Self {
-            jobs: std::sync::Mutex::new(jobs),
+            jobs,
             counters,
             model,
         }))
@@ -176,14 +176,10 @@ impl Engine {
             top_logprobs: params.top_logprobs.unwrap_or(0) as usize,
             events,
         };
-        self.jobs
-            .lock()
-            .expect("the job sender is never poisoned")
-            .send(job)
-            .map_err(|_| BackendError::Unreachable {
-                url: ENGINE_URL.into(),
-                reason: "the engine thread stopped".into(),
-            })?;
+        self.jobs.send(job).map_err(|_| BackendError::Unreachable {
+            url: ENGINE_URL.into(),
+            reason: "the engine thread stopped".into(),
+        })?;
         Ok(Box::pin(futures::stream::unfold(
             receiver,
             |mut receiver| async move { receiver.recv().await.map(|event| (event, receiver)) },

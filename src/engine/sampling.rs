@@ -128,18 +128,17 @@ impl Sampler {
             candidates.retain(|&i| self.scaled[i as usize] >= floor);
         }
         let inverse_temperature = 1.0 / f64::from(config.temperature);
-        let weight = |i: u32| -> f64 {
-            let scaled = self.scaled[i as usize];
-            if inverse_temperature == 1.0 {
-                scaled
-            } else {
-                scaled.powf(inverse_temperature)
+        if inverse_temperature != 1.0 {
+            // `scaled` is not read again for this token: temper the candidates' weights in place.
+            for &i in candidates.iter() {
+                let weight = &mut self.scaled[i as usize];
+                *weight = weight.powf(inverse_temperature);
             }
-        };
-        let total: f64 = candidates.iter().map(|&i| weight(i)).sum();
+        }
+        let total: f64 = candidates.iter().map(|&i| self.scaled[i as usize]).sum();
         let mut draw = self.rng.random::<f64>() * total;
         for &i in candidates.iter() {
-            draw -= weight(i);
+            draw -= self.scaled[i as usize];
             if draw <= 0.0 {
                 return i as usize;
             }

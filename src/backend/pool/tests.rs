@@ -87,6 +87,14 @@ fn unreachable(url: &str) -> Result<(), BackendError> {
     })
 }
 
+/// A script in which backend `url` is unreachable for its next `times` calls.
+fn unreachable_for(url: &str, times: usize) -> Arc<Script> {
+    let script = Arc::new(Script::default());
+    let failures = (0..times).map(|_| unreachable(url)).collect();
+    script.outcomes.lock().unwrap().insert(url.into(), failures);
+    script
+}
+
 fn fast() -> PoolSettings {
     PoolSettings {
         retry_backoff: 0.001,
@@ -183,12 +191,7 @@ async fn errors_that_are_not_transient_are_not_retried() {
 
 #[tokio::test]
 async fn breaker_opens_after_failures_and_probes_close_it() {
-    let script = Arc::new(Script::default());
-    script
-        .outcomes
-        .lock()
-        .unwrap()
-        .insert("a".into(), (0..3).map(|_| unreachable("a")).collect());
+    let script = unreachable_for("a", 3);
     let settings = PoolSettings {
         max_retries: 0,
         breaker_cooldown: 3600.0,
@@ -225,12 +228,7 @@ async fn breaker_opens_after_failures_and_probes_close_it() {
 
 #[tokio::test]
 async fn breaker_lets_one_trial_through_after_cooldown() {
-    let script = Arc::new(Script::default());
-    script
-        .outcomes
-        .lock()
-        .unwrap()
-        .insert("a".into(), (0..3).map(|_| unreachable("a")).collect());
+    let script = unreachable_for("a", 3);
     let settings = PoolSettings {
         max_retries: 0,
         breaker_cooldown: 0.05,
