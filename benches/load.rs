@@ -189,7 +189,15 @@ async fn rollout(
         .await
         .unwrap();
     let nodes = nodes["nodes"].as_array().unwrap();
-    assert_eq!(nodes.len(), 1, "one node per rollout");
+    assert_eq!(
+        nodes.len(),
+        1,
+        "one node per rollout: {:?}",
+        nodes
+            .iter()
+            .map(|n| &n["metadata"]["divergence"])
+            .collect::<Vec<_>>()
+    );
     let lengths: Vec<usize> = ["tokens", "masked_tokens", "logprobs"]
         .iter()
         .map(|k| nodes[0][*k].as_array().unwrap().len())

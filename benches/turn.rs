@@ -20,6 +20,7 @@ fn context() -> TurnContext {
         template: Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
         tokenizer: Arc::new(Tokenizer::from_path(&dir).unwrap()),
         placeholders: Placeholders::new(),
+        generation_prompts: Default::default(),
     }
 }
 

@@ -154,6 +154,7 @@ impl Settings {
                 template: Arc::new(template),
                 tokenizer,
                 placeholders: Placeholders::new(),
+                generation_prompts: Default::default(),
             },
             sessions: SessionStore::default(),
             default_max_tokens: self
@@ -161,6 +162,7 @@ impl Settings {
                 .or(self.config.default_max_tokens)
                 .or(Some(DEFAULT_MAX_TOKENS)),
             max_body_bytes: self.max_body_bytes,
+            freed: Default::default(),
         })
     }
 }

@@ -75,6 +75,7 @@ fn parse_kind(value: &str) -> Result<BackendKind, String> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    rollout_proxy::memory::limit_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(
             // llama.cpp reports every model load line by line at info level.
@@ -108,6 +109,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {
         let state = settings.build().await?;
+        // Loading the tokenizer and template freed far more than it kept.
+        rollout_proxy::memory::release_freed();
         tracing::info!(address = %listener.local_addr()?, "listening");
         rollout_proxy::http::serve(Arc::new(state), listener)?.await?;
         Ok::<_, Box<dyn std::error::Error>>(())

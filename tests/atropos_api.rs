@@ -101,7 +101,10 @@ async fn basic_completion_and_n() {
     let messages = vec![json!({"role": "user", "content": "Hello"})];
     proxy.worker.push_sample(Sample::stop(chars("Hi there!")));
     let (status, data) = proxy
-        .chat(&uuid, json!({"messages": messages, "max_tokens": 100}))
+        .chat(
+            &uuid,
+            json!({"messages": messages, "max_tokens": 100, "return_token_ids": true}),
+        )
         .await;
     assert_eq!(status, 200, "{data}");
     assert_eq!(data["object"], "chat.completion");
@@ -135,6 +138,9 @@ async fn basic_completion_and_n() {
     assert_eq!(status, 200, "{data}");
     assert_eq!(data["choices"].as_array().unwrap().len(), 3);
     assert_eq!(data["choices"][2]["message"]["content"], "Three");
+    // Prompt ids travel only when asked for (vLLM's `return_token_ids`); sampled ids always.
+    assert!(data.get("prompt_token_ids").is_none(), "{data}");
+    assert_eq!(data["choices"][2]["token_ids"], json!(chars("Three")));
     assert_eq!(
         proxy.nodes(&uuid).await.len(),
         3,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use rollout_proxy::template::{ChatTemplate, RenderRequest, TemplateError};
+use rollout_proxy::template::{ChatTemplate, RenderRequest, TemplateError, json_value};
 use rollout_proxy::tokenizer::Tokenizer;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -60,7 +60,7 @@ fn golden_renders_match_byte_for_byte() {
             let tools = case.get("tools").filter(|t| !t.is_null());
             let kwargs = case["kwargs"].as_object();
             let result = template.render(RenderRequest {
-                messages: &messages,
+                messages: &json_value(&messages),
                 tools,
                 add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
                 kwargs,

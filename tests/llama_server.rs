@@ -75,7 +75,7 @@ async fn rollout(
     let mut messages = vec![json!({"role": "user", "content": "Name a fruit."})];
     let mut replies = Vec::new();
     for turn in 0..turns {
-        let mut body = json!({"messages": messages, "max_tokens": 16, "temperature": 0.7, "seed": 11 + turn, "logprobs": true});
+        let mut body = json!({"messages": messages, "max_tokens": 16, "temperature": 0.7, "seed": 11 + turn, "logprobs": true, "return_token_ids": true});
         if let Some(tools) = tools {
             body["tools"] = tools.clone();
         }

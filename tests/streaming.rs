@@ -37,7 +37,7 @@ async fn sse_chunks_in_order_with_token_ids_and_usage() {
         let proxy = Proxy::start(char_model_dir(), None, wire);
         let uuid = proxy.session(json!({})).await;
         proxy.worker.push_sample(Sample::stop(chars("Hi there!")));
-        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream_options": {"include_usage": true}, "logprobs": true});
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream_options": {"include_usage": true}, "logprobs": true, "return_token_ids": true});
         let (status, raw, events) = proxy.chat_stream(&uuid, body).await;
         assert_eq!(status, 200, "{raw}");
         assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");

@@ -5,6 +5,7 @@
 //! transformers hands them, so messages are normalised here before rendering (the template
 //! engine itself stays faithful to transformers).
 
+use crate::template::{TemplateValue, json_value, template_map};
 use serde_json::{Map, Value};
 
 /// Who wrote a message.
@@ -69,12 +70,12 @@ pub struct MessageError {
 }
 
 impl ChatMessage {
-    /// Validates one raw message.
-    pub fn parse(index: usize, raw: &Value) -> Result<Self, MessageError> {
+    /// Validates one raw message, taking its strings rather than copying them.
+    pub fn parse(index: usize, raw: Value) -> Result<Self, MessageError> {
         let fail = |reason: String| MessageError { index, reason };
-        let object = raw
-            .as_object()
-            .ok_or_else(|| fail("a message must be an object".into()))?;
+        let Value::Object(mut object) = raw else {
+            return Err(fail("a message must be an object".into()));
+        };
         let role_text = object
             .get("role")
             .and_then(Value::as_str)
@@ -84,17 +85,17 @@ impl ChatMessage {
                 "unknown role '{role_text}' (expected system, developer, user, assistant or tool)"
             ))
         })?;
-        let content = match object.get("content") {
+        let content = match object.remove("content") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(parts)) => Some(join_text_parts(parts).map_err(fail)?),
+            Some(Value::String(s)) => Some(s),
+            Some(Value::Array(parts)) => Some(join_text_parts(&parts).map_err(fail)?),
             Some(_) => {
                 return Err(fail(
                     "'content' must be a string, null or a list of text parts".into(),
                 ));
             }
         };
-        let tool_calls = match object.get("tool_calls") {
+        let tool_calls = match object.remove("tool_calls") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(calls)) if role == Role::Assistant => calls
                 .iter()
@@ -108,33 +109,29 @@ impl ChatMessage {
             }
             Some(_) => return Err(fail("'tool_calls' must be a list".into())),
         };
-        let extra = object
-            .iter()
-            .filter(|(k, v)| {
-                !matches!(k.as_str(), "role" | "content" | "tool_calls") && !v.is_null()
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        object.remove("role");
+        object.retain(|_, v| !v.is_null());
         Ok(Self {
             role,
             content,
             tool_calls,
-            extra,
+            extra: object,
         })
     }
 
     /// The message as transformers passes it to a template: null fields dropped, content a
     /// string (empty for `null`), tool-call arguments parsed to mappings, and a reasoning field
-    /// mirrored to both `reasoning_content` and `thinking`.
-    pub fn to_template_value(&self) -> Value {
-        let mut out = Map::new();
-        out.insert("role".into(), Value::from(self.role_str()));
-        out.insert(
-            "content".into(),
-            Value::from(self.content.clone().unwrap_or_default()),
-        );
+    /// mirrored to both `reasoning_content` and `thinking`. Built straight into the template
+    /// engine's values, so the content is copied once.
+    pub fn to_template_value(&self) -> TemplateValue {
+        let mut fields: Vec<(&str, TemplateValue)> = Vec::with_capacity(3 + self.extra.len());
+        fields.push(("role", TemplateValue::from(self.role_str())));
+        fields.push((
+            "content",
+            TemplateValue::from(self.content.as_deref().unwrap_or_default()),
+        ));
         if !self.tool_calls.is_empty() {
-            let calls = self
+            let calls: Vec<Value> = self
                 .tool_calls
                 .iter()
                 .map(|call| {
@@ -149,19 +146,25 @@ impl ChatMessage {
                     })
                 })
                 .collect();
-            out.insert("tool_calls".into(), Value::Array(calls));
+            fields.push(("tool_calls", json_value(&Value::Array(calls))));
         }
         for (key, value) in &self.extra {
-            out.insert(key.clone(), value.clone());
+            fields.push((key, json_value(value)));
         }
         let reasoning = ["reasoning_content", "thinking", "reasoning"]
             .iter()
-            .find_map(|k| self.extra.get(*k).cloned());
+            .find_map(|k| self.extra.get(*k));
         if let Some(reasoning) = reasoning {
-            out.insert("reasoning_content".into(), reasoning.clone());
-            out.insert("thinking".into(), reasoning);
+            let reasoning = json_value(reasoning);
+            for key in ["reasoning_content", "thinking"] {
+                // Like a JSON object insert: a key already there keeps its place.
+                match fields.iter_mut().find(|(k, _)| *k == key) {
+                    Some(slot) => slot.1 = reasoning.clone(),
+                    None => fields.push((key, reasoning.clone())),
+                }
+            }
         }
-        Value::Object(out)
+        template_map(fields)
     }
 
     pub fn role_str(&self) -> &'static str {
@@ -225,15 +228,15 @@ mod tests {
     fn normalises_openai_shapes() {
         let raw = json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": true}"}}]});
-        let message = ChatMessage::parse(0, &raw).unwrap();
+        let message = ChatMessage::parse(0, raw.clone()).unwrap();
         assert_eq!(
             message.to_template_value(),
-            json!({"role": "assistant", "content": "", "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]})
+            json_value(&json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]}))
         );
         let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
         assert_eq!(
-            ChatMessage::parse(0, &parts).unwrap().content.as_deref(),
+            ChatMessage::parse(0, parts).unwrap().content.as_deref(),
             Some("a\nb")
         );
     }
@@ -247,7 +250,7 @@ mod tests {
             json!({"role": "user", "content": [{"type": "image_url"}]}),
             json!("hello"),
         ] {
-            assert!(ChatMessage::parse(0, &raw).is_err(), "{raw}");
+            assert!(ChatMessage::parse(0, raw.clone()).is_err(), "{raw}");
         }
     }
 }

@@ -55,6 +55,7 @@ pub struct ChatCompletionBody {
     pub parallel_tool_calls: Option<bool>,
     pub auto_heal_tool_calls: Option<bool>,
     pub nudge_tool_calls: Option<bool>,
+    pub return_token_ids: Option<bool>,
 }
 
 /// `stream_options`.
@@ -94,6 +95,8 @@ pub struct ChatRequest {
     pub heal_tool_calls: bool,
     /// Retry once when the model described a call it did not make (default off).
     pub nudge_tool_calls: bool,
+    /// Add the prompt's ids to the reply as `prompt_token_ids` (default off, as in vLLM).
+    pub return_token_ids: bool,
 }
 
 /// Why a request body cannot be served.
@@ -119,7 +122,7 @@ impl ChatRequest {
         let stream = body.stream.unwrap_or(false);
         let messages = body
             .messages
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(i, m)| ChatMessage::parse(i, m))
             .collect::<Result<Vec<_>, _>>()?;
@@ -182,6 +185,7 @@ impl ChatRequest {
             // Opting out of healing turns the nudge off too.
             nudge_tool_calls: body.nudge_tool_calls.unwrap_or(false)
                 && body.auto_heal_tool_calls != Some(false),
+            return_token_ids: body.return_token_ids.unwrap_or(false),
         })
     }
 

@@ -2,8 +2,8 @@
 
 use super::body::read_json;
 use super::response::{
-    CallIds, chat_logprobs, chat_message, envelope, json_response, json_with_ids, sampled_choice,
-    shape_choice,
+    CallIds, chat_logprobs, chat_message, envelope, json_response, sampled_choice, shape_choice,
+    with_prompt_ids,
 };
 use super::{ApiError, AppState};
 use crate::backend::GenerateRequest;
@@ -182,7 +182,7 @@ impl Attempt {
             self.plan.prompt_ids.len(),
             completion_tokens,
         );
-        json_with_ids(&body, "prompt_token_ids", &self.plan.prompt_ids)
+        with_prompt_ids(&body, request, &self.plan.prompt_ids)
     }
 
     /// Records the attempt; returns the node of each choice.
@@ -238,10 +238,10 @@ fn nudge_request(request: &ChatRequest, reply: &super::response::ChoiceReply) ->
     let base = retry.messages.len();
     retry
         .messages
-        .push(ChatMessage::parse(base, &assistant).expect("a valid assistant message"));
+        .push(ChatMessage::parse(base, assistant).expect("a valid assistant message"));
     retry
         .messages
-        .push(ChatMessage::parse(base + 1, &user).expect("a valid user message"));
+        .push(ChatMessage::parse(base + 1, user).expect("a valid user message"));
     retry
 }
 

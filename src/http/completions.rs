@@ -37,6 +37,8 @@ pub struct CompletionBody {
     /// Legacy OpenAI: number of alternatives per position.
     logprobs: Option<u32>,
     stream: Option<bool>,
+    /// Add `prompt_token_ids` to each choice (as in vLLM).
+    return_token_ids: Option<bool>,
 }
 
 pub async fn completions(
@@ -52,6 +54,7 @@ pub async fn completions(
         ));
     }
     let n = body.n.unwrap_or(1);
+    let return_token_ids = body.return_token_ids.unwrap_or(false);
     if n == 0 || n > MAX_N {
         return Err(ApiError::bad_request(format!(
             "'n' must be between 1 and {MAX_N}"
@@ -96,14 +99,17 @@ pub async fn completions(
                 }).collect::<Vec<_>>()),
             })
         });
-        choices.push(json!({
+        let mut choice = json!({
             "index": index,
             "text": text,
             "finish_reason": generation.finish_reason.as_str(),
             "logprobs": logprobs,
             "token_ids": generation.token_ids,
-            "prompt_token_ids": plan.prompt_ids,
-        }));
+        });
+        if return_token_ids {
+            choice["prompt_token_ids"] = json!(plan.prompt_ids);
+        }
+        choices.push(choice);
         let reply = ChoiceReply {
             content: Some(text.clone()),
             reasoning: None,
@@ -144,10 +150,10 @@ fn plan_for_prompt(
         {
             continue;
         }
+        let node_ids = node.tokens();
         let rest = match prompt {
-            Prompt::Ids(ids) => ids.strip_prefix(node.tokens()).map(<[u32]>::to_vec),
-            Prompt::Text(text) => match text.strip_prefix(tokenizer.decode(node.tokens()).as_str())
-            {
+            Prompt::Ids(ids) => ids.strip_prefix(node_ids.as_slice()).map(<[u32]>::to_vec),
+            Prompt::Text(text) => match text.strip_prefix(tokenizer.decode(&node_ids).as_str()) {
                 Some(rest) => Some(tokenizer.encode(rest)?),
                 None => None,
             },
@@ -159,7 +165,7 @@ fn plan_for_prompt(
     let (base, base_len, prompt_ids, history) = match best {
         Some((node, rest)) => {
             let base_node = &session.nodes[node];
-            let mut ids = base_node.tokens().to_vec();
+            let mut ids = base_node.tokens();
             ids.extend(rest);
             (
                 Base::Extend { node },

@@ -32,6 +32,8 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Set when sessions are deleted, so their memory is given back to the OS.
+    pub freed: crate::memory::FreedMemory,
 }
 
 impl AppState {
@@ -143,11 +145,23 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Serves the API on an already bound listener until the server is stopped.
+/// Once a second, gives memory back to the OS if sessions were deleted since the last time.
+async fn release_freed_memory(state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if state.freed.take() {
+            let _ = tokio::task::spawn_blocking(crate::memory::release_freed).await;
+        }
+    }
+}
+
 pub fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
 ) -> std::io::Result<actix_web::dev::Server> {
     actix_web::rt::spawn(state.backends.clone().run_health_checks());
+    actix_web::rt::spawn(release_freed_memory(state.clone()));
     let data = web::Data::from(state);
     let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
         .listen(listener)?

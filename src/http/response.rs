@@ -121,7 +121,11 @@ impl CallIds {
 }
 
 /// What the session records for a choice, so the reply can be recognised when it comes back.
-pub fn sampled_choice(reply: &ChoiceReply, generation: Generation, backend: &str) -> SampledChoice {
+pub fn sampled_choice(
+    reply: &ChoiceReply,
+    generation: Generation,
+    backend: &std::sync::Arc<str>,
+) -> SampledChoice {
     let tool_calls: Vec<IssuedToolCall> = reply
         .tool_calls
         .iter()
@@ -148,7 +152,7 @@ pub fn sampled_choice(reply: &ChoiceReply, generation: Generation, backend: &str
         end_token_text: reply.end_token_text.clone(),
         tool_calls,
         fingerprints,
-        backend: backend.to_string(),
+        backend: backend.clone(),
         nudge: None,
     }
 }
@@ -204,6 +208,16 @@ pub fn envelope(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     })
+}
+
+/// `body` serialised, with the prompt's ids as `prompt_token_ids` when the client asked for
+/// them (`return_token_ids`, as in vLLM): a long prompt's ids are most of a reply's bytes.
+pub fn with_prompt_ids(body: &Value, request: &ChatRequest, prompt_ids: &[u32]) -> Vec<u8> {
+    if request.return_token_ids {
+        json_with_ids(body, "prompt_token_ids", prompt_ids)
+    } else {
+        serde_json::to_vec(body).unwrap_or_default()
+    }
 }
 
 /// `body` (a JSON object) serialised with `key: ids` added last, the ids written straight

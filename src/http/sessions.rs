@@ -89,6 +89,7 @@ pub async fn delete(
         .sessions
         .remove(&id)
         .ok_or_else(|| ApiError::no_session(&id))?;
+    state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
 }
 
@@ -116,26 +117,27 @@ pub async fn nodes(
 }
 
 #[derive(serde::Serialize)]
-struct NodesView<'a> {
-    nodes: Vec<NodeView<'a>>,
+struct NodesView {
+    nodes: Vec<NodeView>,
 }
 
 /// A node as trainers receive it.
 #[derive(serde::Serialize)]
-struct NodeView<'a> {
+struct NodeView {
     full_text: String,
-    tokens: &'a [u32],
+    tokens: Vec<u32>,
     masked_tokens: Vec<i64>,
     /// As f64, so each value prints as the f64 nearest the stored f32 (as before).
     logprobs: Vec<f64>,
     metadata: serde_json::Value,
 }
 
-impl<'a> NodeView<'a> {
-    fn new(state: &AppState, index: usize, node: &'a Node) -> Self {
+impl NodeView {
+    fn new(state: &AppState, index: usize, node: &Node) -> Self {
+        let tokens = node.tokens();
         Self {
-            full_text: state.turn.tokenizer.decode(node.tokens()),
-            tokens: node.tokens(),
+            full_text: state.turn.tokenizer.decode(&tokens),
+            tokens,
             masked_tokens: node.masked_tokens(),
             logprobs: node.logprobs().into_iter().map(f64::from).collect(),
             metadata: json!({

@@ -5,6 +5,7 @@
 //! because state is only written after the backend answered.
 
 pub mod completion;
+mod ids;
 pub mod node;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};

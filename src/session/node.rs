@@ -1,9 +1,11 @@
 //! A training node: the exact token ids of one rollout and which of them the model sampled.
 //!
-//! Storage is compact: ids as `u32`, and logprobs only for sampled positions (prompt positions
-//! are implicitly 1.0). `masked_tokens` and `full_text` are derived when a trainer asks.
+//! Storage is compact: ids in three bytes each ([`TokenIds`]), logprobs only for sampled
+//! positions (prompt positions are implicitly 1.0), every vector sized exactly to its content.
+//! `masked_tokens` and `full_text` are derived when a trainer asks.
 
 use super::completion::CompletionId;
+use super::ids::TokenIds;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -61,8 +63,8 @@ pub struct TurnRecord {
     pub stop: Option<crate::backend::StopMatch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<String>,
-    /// The backend that sampled this turn.
-    pub backend: String,
+    /// The backend that sampled this turn (shared with the pool: one string per backend).
+    pub backend: Arc<str>,
     /// Prompt tokens the backend served from its prefix cache, when it says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u32>,
@@ -77,7 +79,7 @@ pub struct TurnRecord {
 /// A training sequence.
 #[derive(Debug, Clone, Default)]
 pub struct Node {
-    tokens: Vec<u32>,
+    tokens: TokenIds,
     sampled: Vec<Span>,
     sampled_logprobs: Vec<f32>,
     pub(crate) history: Vec<HistoryEntry>,
@@ -87,16 +89,14 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node that starts from prompt `tokens` (all masked).
-    pub fn from_prompt(tokens: Vec<u32>) -> Self {
-        Self {
-            tokens,
-            ..Self::default()
-        }
+    /// Every id, in order.
+    pub fn tokens(&self) -> Vec<u32> {
+        self.tokens.to_vec(0..self.len())
     }
 
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+    /// Appends every id to `out` (a prompt that extends this node).
+    pub fn copy_tokens_into(&self, out: &mut Vec<u32>) {
+        self.tokens.copy_into(0..self.len(), out);
     }
 
     pub fn len(&self) -> usize {
@@ -112,16 +112,24 @@ impl Node {
         &self.sampled
     }
 
+    /// Makes room for exactly one more turn. Nodes are held for the whole rollout, so the
+    /// doubling a `Vec` grows by would cost up to half the memory again; a turn's ids are
+    /// appended in one step (one reallocation per turn, not per token).
+    pub fn reserve_turn(&mut self, tokens: usize, sampled: usize) {
+        self.tokens.reserve_exact(tokens);
+        self.sampled_logprobs.reserve_exact(sampled);
+    }
+
     /// Appends prompt tokens (masked, logprob 1.0).
     pub fn push_prompt(&mut self, ids: &[u32]) {
-        self.tokens.extend_from_slice(ids);
+        self.tokens.extend(ids);
     }
 
     /// Appends sampled tokens with the backend's logprobs; returns their span.
     pub fn push_sampled(&mut self, ids: &[u32], logprobs: &[f32]) -> Span {
         debug_assert_eq!(ids.len(), logprobs.len());
         let start = self.tokens.len() as u32;
-        self.tokens.extend_from_slice(ids);
+        self.tokens.extend(ids);
         self.sampled_logprobs.extend_from_slice(logprobs);
         let span = Span {
             start,
@@ -132,8 +140,14 @@ impl Node {
     }
 
     /// The ids in `span`.
-    pub fn slice(&self, span: Span) -> &[u32] {
-        &self.tokens[span.start as usize..span.end as usize]
+    pub fn slice(&self, span: Span) -> Vec<u32> {
+        self.tokens.to_vec(span.start as usize..span.end as usize)
+    }
+
+    /// Appends the ids in `span` to `out`.
+    pub fn copy_span_into(&self, span: Span, out: &mut Vec<u32>) {
+        self.tokens
+            .copy_into(span.start as usize..span.end as usize, out);
     }
 
     /// `masked_tokens`: the id where sampled, -100 elsewhere.
@@ -141,7 +155,7 @@ impl Node {
         let mut out = vec![-100i64; self.tokens.len()];
         for span in &self.sampled {
             let range = span.start as usize..span.end as usize;
-            for (slot, &id) in out[range.clone()].iter_mut().zip(&self.tokens[range]) {
+            for (slot, id) in out[range].iter_mut().zip(self.slice(*span)) {
                 *slot = i64::from(id);
             }
         }
@@ -159,14 +173,6 @@ impl Node {
         }
         out
     }
-
-    /// Bytes held by this node's token data (for memory accounting).
-    pub fn heap_bytes(&self) -> usize {
-        self.tokens.capacity() * 4
-            + self.sampled_logprobs.capacity() * 4
-            + self.sampled.capacity() * std::mem::size_of::<Span>()
-            + self.history.capacity() * std::mem::size_of::<HistoryEntry>()
-    }
 }
 
 #[cfg(test)]
@@ -175,13 +181,14 @@ mod tests {
 
     #[test]
     fn masks_and_logprobs_follow_sampled_spans() {
-        let mut node = Node::from_prompt(vec![1, 2, 3]);
+        let mut node = Node::default();
+        node.push_prompt(&[1, 2, 3]);
         node.push_sampled(&[4, 5], &[-0.5, -0.25]);
         node.push_prompt(&[6]);
         node.push_sampled(&[7], &[-1.0]);
-        assert_eq!(node.tokens(), &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(node.tokens(), vec![1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(node.masked_tokens(), vec![-100, -100, -100, 4, 5, -100, 7]);
         assert_eq!(node.logprobs(), vec![1.0, 1.0, 1.0, -0.5, -0.25, 1.0, -1.0]);
-        assert_eq!(node.slice(node.sampled_spans()[0]), &[4, 5]);
+        assert_eq!(node.slice(node.sampled_spans()[0]), vec![4, 5]);
     }
 }

@@ -13,6 +13,7 @@ use minijinja::value::{Serde, Value};
 use std::collections::BTreeMap;
 use std::error::Error as _;
 
+pub use minijinja::Value as TemplateValue;
 pub use source::{TemplateSpec, load_template, template_with_source};
 
 /// Errors from compiling or rendering a chat template.
@@ -55,8 +56,9 @@ impl std::fmt::Debug for ChatTemplate {
 /// What one render needs besides the template: the inputs of `apply_chat_template`.
 #[derive(Debug, Clone, Copy)]
 pub struct RenderRequest<'a> {
-    /// Messages as transformers hands them to the template (a JSON array).
-    pub messages: &'a serde_json::Value,
+    /// Messages as transformers hands them to the template: a list of maps. A turn converts
+    /// them once and may render them twice (see [`json_value`] for JSON input).
+    pub messages: &'a Value,
     /// Tool schemas; `None` renders `tools` as none.
     pub tools: Option<&'a serde_json::Value>,
     pub add_generation_prompt: bool,
@@ -105,7 +107,7 @@ impl ChatTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
             .collect();
-        ctx.insert("messages".into(), Value::from(Serde(request.messages)));
+        ctx.insert("messages".into(), request.messages.clone());
         ctx.insert(
             "tools".into(),
             request
@@ -127,6 +129,20 @@ impl ChatTemplate {
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         template.render(Value::from(ctx)).map_err(|e| classify(&e))
     }
+}
+
+/// A map for the template (a message), keys in the given order as a JSON object keeps them.
+pub fn template_map<'a>(fields: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
+    let map: indexmap::IndexMap<Value, Value> = fields
+        .into_iter()
+        .map(|(key, value)| (Value::from(key), value))
+        .collect();
+    Value::from(map)
+}
+
+/// A JSON value as the template engine holds it.
+pub fn json_value(value: &serde_json::Value) -> Value {
+    Value::from(Serde(value))
 }
 
 fn classify(error: &minijinja::Error) -> TemplateError {

@@ -161,7 +161,7 @@ mod tests {
     fn render(template: &ChatTemplate) -> String {
         template
             .render(crate::template::RenderRequest {
-                messages: &json!([{"role": "user", "content": "x"}]),
+                messages: &crate::template::json_value(&json!([{"role": "user", "content": "x"}])),
                 tools: None,
                 add_generation_prompt: false,
                 kwargs: None,

@@ -17,7 +17,7 @@ pub struct SampledChoice {
     /// Fingerprints under which a later assistant message matches it.
     pub fingerprints: Vec<u64>,
     /// The backend that sampled it.
-    pub backend: String,
+    pub backend: std::sync::Arc<str>,
     /// How a nudge retry went for this attempt (`kept`, `discarded`, ...), if there was one.
     pub nudge: Option<&'static str>,
 }
@@ -54,7 +54,7 @@ pub fn commit(
                 (state.nodes.len(), fresh)
             }
             (Base::New { divergence }, _) => {
-                let mut fresh = Node::from_prompt(Vec::new());
+                let mut fresh = Node::default();
                 fresh.divergence = divergence.clone();
                 (state.nodes.len(), fresh)
             }
@@ -64,8 +64,12 @@ pub fn commit(
             state.nodes.push(Node::default());
         }
         let prompt_start = node.len();
-        node.push_prompt(new_prompt);
         let generation = choice.generation;
+        node.reserve_turn(
+            new_prompt.len() + generation.token_ids.len(),
+            generation.logprobs.len(),
+        );
+        node.push_prompt(new_prompt);
         let span = node.push_sampled(&generation.token_ids, &generation.logprobs);
         node.history = plan.history.clone();
         let completion = state.completions.len();

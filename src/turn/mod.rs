@@ -15,6 +15,7 @@
 
 mod commit;
 mod matching;
+mod render;
 pub mod segments;
 
 pub use commit::{SampledChoice, commit};
@@ -23,9 +24,11 @@ use crate::chat::{ChatMessage, ChatRequest};
 use crate::session::{
     CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
 };
-use crate::template::{ChatTemplate, RenderRequest, TemplateError};
+use crate::template::{ChatTemplate, RenderRequest, TemplateError, TemplateValue, template_map};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use crate::tools::ToolParser;
+pub use render::GenerationPrompts;
+use render::History;
 use segments::{Placeholders, exact_check, generation_check, verify};
 use serde_json::Value;
 use std::sync::Arc;
@@ -45,6 +48,8 @@ pub struct TurnContext {
     pub template: Arc<ChatTemplate>,
     pub tokenizer: Arc<Tokenizer>,
     pub placeholders: Placeholders,
+    /// Learnt generation prompts, so a turn renders its conversation once.
+    pub generation_prompts: Arc<GenerationPrompts>,
 }
 
 /// Where the prompt starts from.
@@ -82,61 +87,61 @@ pub fn prepare(
     let matched = matching::match_completions(state, &request.messages);
     let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
 
-    let mut template_messages = Vec::with_capacity(request.messages.len());
-    let mut index = 0;
-    for (message, completion) in request.messages.iter().zip(&matched) {
-        template_messages.push(match completion {
-            Some(_) => {
-                index += 1;
-                serde_json::json!({"role": "assistant", "content": ctx.placeholders.marker(index - 1)})
-            }
-            None => unsampled_message(ctx, message, parser),
-        });
-    }
-    let messages = Value::Array(template_messages);
-    let render = |add_generation_prompt| {
-        ctx.template.render(RenderRequest {
-            messages: &messages,
-            tools: request.tools.as_ref(),
-            add_generation_prompt,
-            kwargs: Some(&request.template_kwargs),
+    let messages: Vec<TemplateValue> = request
+        .messages
+        .iter()
+        .zip(&matched)
+        .scan(0, |placeholder, (message, completion)| {
+            Some(match completion {
+                Some(_) => {
+                    *placeholder += 1;
+                    assistant_value(&ctx.placeholders.marker(*placeholder - 1))
+                }
+                None => unsampled_message(ctx, message, parser),
+            })
         })
-    };
-    let prompt_text = render(request.add_generation_prompt)?;
-    let history_text = if request.add_generation_prompt {
-        render(false)?
-    } else {
-        prompt_text.clone()
-    };
+        .collect();
+    let rendered = render::render_turn(ctx, &TemplateValue::from(messages.clone()), request)?;
 
     let unmatched_assistant = request
         .messages
         .iter()
         .zip(&matched)
         .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
-    let (Some(pieces), Some(history_pieces)) = (
-        ctx.placeholders.split(&prompt_text, sampled.len()),
-        ctx.placeholders.split(&history_text, sampled.len()),
-    ) else {
-        return faithful_fallback(ctx, state, request, &messages, sampled);
+    let Some(pieces) = ctx.placeholders.split(&rendered.prompt, sampled.len()) else {
+        return faithful_fallback(ctx, state, request, &messages, &matched, sampled);
+    };
+    let last = pieces[sampled.len()];
+    let history_last = match &rendered.history {
+        History::PromptWithout(generation_prompt) => {
+            &last[..last.len().saturating_sub(*generation_prompt)]
+        }
+        History::Separate(text) => match ctx.placeholders.split(text, sampled.len()) {
+            Some(history_pieces) => history_pieces[sampled.len()],
+            None => return faithful_fallback(ctx, state, request, &messages, &matched, sampled),
+        },
     };
     let pieces = strip_end_tokens(state, &sampled, pieces);
-    let history_pieces = strip_end_tokens(state, &sampled, history_pieces);
-    let next_check = generation_check(history_pieces[sampled.len()], pieces[sampled.len()]);
+    let history_last = match sampled.last() {
+        Some(&completion) => strip_end_token(state, completion, history_last),
+        None => history_last,
+    };
+    let next_check = generation_check(history_last, pieces[sampled.len()]);
 
     if mode == HistoryMode::Template && !sampled.is_empty() {
         return template_mode_plan(
-            ctx, state, request, &messages, &sampled, &pieces, next_check,
+            ctx, state, request, &messages, &matched, &sampled, &pieces, next_check,
         );
     }
 
     let (base, divergence) = find_base(state, &sampled, &pieces);
     let (mut prompt_ids, first_piece, base) = match base {
-        Some((node, matched)) => (
-            state.nodes[node].tokens().to_vec(),
-            matched,
-            Base::Extend { node },
-        ),
+        Some((node, matched)) => {
+            let base = &state.nodes[node];
+            let mut ids = Vec::with_capacity(base.len() + 4096);
+            base.copy_tokens_into(&mut ids);
+            (ids, matched, Base::Extend { node })
+        }
         None => {
             let divergence = divergence.or_else(|| {
                 (unmatched_assistant && !state.nodes.is_empty()).then(|| Divergence {
@@ -158,7 +163,7 @@ pub fn prepare(
     prompt_ids.extend(ctx.tokenizer.encode(pieces[first_piece])?);
     for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
         let record = &state.completions[completion];
-        prompt_ids.extend_from_slice(state.nodes[record.node].slice(record.span));
+        state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
         prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
     }
     Ok(Plan {
@@ -189,13 +194,18 @@ fn strip_end_tokens<'t>(
     mut pieces: Vec<&'t str>,
 ) -> Vec<&'t str> {
     for (piece, &completion) in pieces.iter_mut().skip(1).zip(sampled) {
-        if let Some(end) = &state.completions[completion].end_token_text
-            && let Some(rest) = piece.strip_prefix(end.as_str())
-        {
-            *piece = rest;
-        }
+        *piece = strip_end_token(state, completion, piece);
     }
     pieces
+}
+
+/// `piece` (the text after `completion`) without the end token `completion` already holds.
+fn strip_end_token<'t>(state: &SessionState, completion: CompletionId, piece: &'t str) -> &'t str {
+    state.completions[completion]
+        .end_token_text
+        .as_deref()
+        .and_then(|end| piece.strip_prefix(end))
+        .unwrap_or(piece)
 }
 
 /// The node whose completions are exactly `sampled[..m]` for the largest `m`, and whose text
@@ -252,26 +262,31 @@ fn render_raw(
     ctx: &TurnContext,
     state: &SessionState,
     request: &ChatRequest,
-    messages: &Value,
-    sampled: &[CompletionId],
+    messages: &[TemplateValue],
+    matched: &[Option<CompletionId>],
 ) -> Result<String, TurnError> {
-    let mut messages = messages.clone();
-    let mut next = sampled.iter().enumerate().peekable();
-    for message in messages.as_array_mut().into_iter().flatten() {
-        let Some(&(index, &completion)) = next.peek() else {
-            break;
-        };
-        if message["content"].as_str() == Some(ctx.placeholders.marker(index).as_str()) {
-            message["content"] = Value::from(raw_text(ctx, state, completion));
-            next.next();
-        }
-    }
+    let raw: Vec<TemplateValue> = messages
+        .iter()
+        .zip(matched)
+        .map(|(message, completion)| match completion {
+            Some(completion) => assistant_value(&raw_text(ctx, state, *completion)),
+            None => message.clone(),
+        })
+        .collect();
     Ok(ctx.template.render(RenderRequest {
-        messages: &messages,
+        messages: &TemplateValue::from(raw),
         tools: request.tools.as_ref(),
         add_generation_prompt: request.add_generation_prompt,
         kwargs: Some(&request.template_kwargs),
     })?)
+}
+
+/// An assistant message with only text, as the template gets it.
+fn assistant_value(content: &str) -> TemplateValue {
+    template_map([
+        ("role", TemplateValue::from("assistant")),
+        ("content", TemplateValue::from(content)),
+    ])
 }
 
 /// The text of a completion as message content: its tokens decoded, without the end token.
@@ -279,7 +294,7 @@ fn raw_text(ctx: &TurnContext, state: &SessionState, completion: CompletionId) -
     let record = &state.completions[completion];
     let text = ctx
         .tokenizer
-        .decode(state.nodes[record.node].slice(record.span));
+        .decode(&state.nodes[record.node].slice(record.span));
     match &record.end_token_text {
         Some(end) => text
             .strip_suffix(end.as_str())
@@ -291,16 +306,18 @@ fn raw_text(ctx: &TurnContext, state: &SessionState, completion: CompletionId) -
 
 /// `history: "template"`: the prompt is the template's own rendering of the conversation; the
 /// node is extended only when its text is a prefix of that rendering.
+#[allow(clippy::too_many_arguments)]
 fn template_mode_plan(
     ctx: &TurnContext,
     state: &SessionState,
     request: &ChatRequest,
-    messages: &Value,
+    messages: &[TemplateValue],
+    matched: &[Option<CompletionId>],
     sampled: &[CompletionId],
     pieces: &[&str],
     next_check: SegmentCheck,
 ) -> Result<Plan, TurnError> {
-    let faithful = render_raw(ctx, state, request, messages, sampled)?;
+    let faithful = render_raw(ctx, state, request, messages, matched)?;
     let history = history_entries(sampled, pieces);
     let mut divergence = None;
     if let Some(n) = (1..=sampled.len())
@@ -308,9 +325,10 @@ fn template_mode_plan(
         .find_map(|m| chain_candidate(state, &sampled[..m]))
     {
         let node = &state.nodes[n];
-        let node_text = ctx.tokenizer.decode(node.tokens());
+        let node_ids = node.tokens();
+        let node_text = ctx.tokenizer.decode(&node_ids);
         if let Some(rest) = faithful.strip_prefix(node_text.as_str()) {
-            let mut prompt_ids = node.tokens().to_vec();
+            let mut prompt_ids = node_ids;
             prompt_ids.extend(ctx.tokenizer.encode(rest)?);
             return Ok(Plan {
                 prompt_ids,
@@ -344,12 +362,14 @@ fn template_mode_plan(
     })
 }
 
-/// The template did not reproduce every placeholder once and in order (it dropped, reordered or
-/// altered a sampled turn): tokenize its own rendering as a new node and say so.
 /// A message the session did not sample, as the template gets it. Tool calls the proxy never
 /// produced are rendered by the template when it knows `tool_calls`; otherwise they are
 /// written into the content in the session's format, so the model still sees them.
-fn unsampled_message(ctx: &TurnContext, message: &ChatMessage, parser: &dyn ToolParser) -> Value {
+fn unsampled_message(
+    ctx: &TurnContext,
+    message: &ChatMessage,
+    parser: &dyn ToolParser,
+) -> TemplateValue {
     if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
         return message.to_template_value();
     }
@@ -377,14 +397,17 @@ fn unsampled_message(ctx: &TurnContext, message: &ChatMessage, parser: &dyn Tool
     .to_template_value()
 }
 
+/// The template did not reproduce every placeholder once and in order (it dropped, reordered or
+/// altered a sampled turn): tokenize its own rendering as a new node and say so.
 fn faithful_fallback(
     ctx: &TurnContext,
     state: &SessionState,
     request: &ChatRequest,
-    messages: &Value,
+    messages: &[TemplateValue],
+    matched: &[Option<CompletionId>],
     sampled: Vec<CompletionId>,
 ) -> Result<Plan, TurnError> {
-    let text = render_raw(ctx, state, request, messages, &sampled)?;
+    let text = render_raw(ctx, state, request, messages, matched)?;
     let empty_pieces = vec![""; sampled.len()];
     Ok(Plan {
         prompt_ids: ctx.tokenizer.encode(&text)?,

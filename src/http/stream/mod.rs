@@ -5,7 +5,7 @@
 
 mod choice;
 
-use super::response::{CallIds, chat_logprobs, json_with_ids, sampled_choice};
+use super::response::{CallIds, chat_logprobs, sampled_choice, with_prompt_ids};
 use super::{ApiError, AppState};
 use crate::backend::{EventStream, GenerateRequest, Generation, StreamEvent};
 use crate::chat::ChatRequest;
@@ -182,7 +182,7 @@ impl StreamedTurn {
         for index in 0..choices.len() {
             let role = self.chunk(index, json!({"role": "assistant", "content": ""}), None);
             if index == 0 {
-                let role = json_with_ids(&role, "prompt_token_ids", &self.plan.prompt_ids);
+                let role = with_prompt_ids(&role, &self.request, &self.plan.prompt_ids);
                 let mut event = b"data: ".to_vec();
                 event.extend(role);
                 event.extend(b"\n\n");

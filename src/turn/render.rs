@@ -1,0 +1,93 @@
+//! Rendering a turn's conversation. A turn needs two texts: the prompt (with the generation
+//! prompt) and the history (without it), which the next turn checks its render against. The
+//! second is almost always the first minus the template's generation prompt, so that suffix is
+//! learnt from the first turn that renders both ways and later turns render once.
+
+use super::TurnContext;
+use crate::chat::ChatRequest;
+use crate::template::{RenderRequest, TemplateError, TemplateValue};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// Distinct `chat_template_kwargs` whose generation prompt is remembered; more are rendered
+/// twice rather than grow the map without bound.
+const MAX_REMEMBERED: usize = 256;
+
+/// The generation prompt a template appends, per `chat_template_kwargs` (it may depend on them,
+/// e.g. Qwen3's `enable_thinking`).
+#[derive(Debug, Default)]
+pub struct GenerationPrompts(RwLock<HashMap<String, Arc<str>>>);
+
+impl GenerationPrompts {
+    fn get(&self, key: &str) -> Option<Arc<str>> {
+        self.0.read().ok()?.get(key).cloned()
+    }
+
+    fn learn(&self, key: String, generation_prompt: &str) {
+        if let Ok(mut known) = self.0.write()
+            && known.len() < MAX_REMEMBERED
+        {
+            known.insert(key, Arc::from(generation_prompt));
+        }
+    }
+}
+
+/// Where the history text is.
+#[derive(Debug)]
+pub enum History {
+    /// The prompt without its last `usize` bytes (the generation prompt).
+    PromptWithout(usize),
+    /// The template rendered it differently, or its generation prompt was not known yet.
+    Separate(String),
+}
+
+/// A turn's rendered conversation.
+#[derive(Debug)]
+pub struct Rendered {
+    pub prompt: String,
+    pub history: History,
+}
+
+/// Renders `messages` (already in template form) for `request`.
+///
+/// A remembered generation prompt is trusted only when the prompt ends with it. Should a
+/// template ever render history differently in a way this misses, the recorded check simply
+/// fails on the next turn and a new node starts; the prompt sent is always the real render.
+pub fn render_turn(
+    ctx: &TurnContext,
+    messages: &TemplateValue,
+    request: &ChatRequest,
+) -> Result<Rendered, TemplateError> {
+    let render = |add_generation_prompt| {
+        ctx.template.render(RenderRequest {
+            messages,
+            tools: request.tools.as_ref(),
+            add_generation_prompt,
+            kwargs: Some(&request.template_kwargs),
+        })
+    };
+    let prompt = render(request.add_generation_prompt)?;
+    if !request.add_generation_prompt {
+        return Ok(Rendered {
+            prompt,
+            history: History::PromptWithout(0),
+        });
+    }
+    let key = serde_json::to_string(&request.template_kwargs).unwrap_or_default();
+    if let Some(known) = ctx.generation_prompts.get(&key)
+        && prompt.ends_with(&*known)
+    {
+        return Ok(Rendered {
+            prompt,
+            history: History::PromptWithout(known.len()),
+        });
+    }
+    let history = render(false)?;
+    if let Some(generation_prompt) = prompt.strip_prefix(history.as_str()) {
+        ctx.generation_prompts.learn(key, generation_prompt);
+    }
+    Ok(Rendered {
+        prompt,
+        history: History::Separate(history),
+    })
+}
