@@ -4,7 +4,9 @@
 //! (parsing a tokenizer file), of every turn, and the nodes of deleted sessions. It also makes
 //! up to eight arenas per core, each holding its own freed memory. A proxy that holds thousands
 //! of sessions and then lets them go should shrink again, so the arenas are limited and freed
-//! memory is returned after start-up and, at most once a second, after sessions are deleted.
+//! memory is returned after start-up and, at most once a second, after sessions were used or
+//! deleted (a turn frees its request, render and backend buffers, which would otherwise stay
+//! resident in the holes between the nodes that live on).
 //! Elsewhere than glibc these calls do nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,8 +33,8 @@ pub fn release_freed() {
     }
 }
 
-/// Remembers that memory was freed (a session deleted), so a periodic task releases it once
-/// rather than on every deletion.
+/// Remembers that memory was freed (a turn ended, a session was deleted), so a periodic task
+/// releases it once rather than after every request.
 #[derive(Debug, Default)]
 pub struct FreedMemory {
     pending: AtomicBool,

@@ -32,7 +32,7 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Set when sessions are deleted, so their memory is given back to the OS.
+    /// Set when sessions are used or deleted, so memory they freed is given back to the OS.
     pub freed: crate::memory::FreedMemory,
 }
 
@@ -44,6 +44,8 @@ impl AppState {
             .get(id)
             .ok_or_else(|| ApiError::no_session(id))?;
         session.touch();
+        // The turn's buffers are freed when it ends; the next release returns what they leave.
+        self.freed.note();
         Ok(session)
     }
 }
@@ -145,7 +147,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Serves the API on an already bound listener until the server is stopped.
-/// Once a second, gives memory back to the OS if sessions were deleted since the last time.
+/// Once a second, gives freed memory back to the OS if sessions were used or deleted since.
 async fn release_freed_memory(state: Arc<AppState>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {

@@ -1,7 +1,7 @@
 //! A training node: the exact token ids of one rollout and which of them the model sampled.
 //!
 //! Storage is compact: ids in three bytes each ([`TokenIds`]), logprobs only for sampled
-//! positions (prompt positions are implicitly 1.0), every vector sized exactly to its content.
+//! positions (prompt positions are implicitly 1.0), sized exactly to their content.
 //! `masked_tokens` and `full_text` are derived when a trainer asks.
 
 use super::completion::CompletionId;
@@ -112,11 +112,9 @@ impl Node {
         &self.sampled
     }
 
-    /// Makes room for exactly one more turn. Nodes are held for the whole rollout, so the
-    /// doubling a `Vec` grows by would cost up to half the memory again; a turn's ids are
-    /// appended in one step (one reallocation per turn, not per token).
-    pub fn reserve_turn(&mut self, tokens: usize, sampled: usize) {
-        self.tokens.reserve_exact(tokens);
+    /// Makes room for exactly one more turn's logprobs: nodes are held for the whole rollout,
+    /// and the doubling a `Vec` grows by would cost up to half their memory again.
+    pub fn reserve_logprobs(&mut self, sampled: usize) {
         self.sampled_logprobs.reserve_exact(sampled);
     }
 

@@ -65,10 +65,7 @@ pub fn commit(
         }
         let prompt_start = node.len();
         let generation = choice.generation;
-        node.reserve_turn(
-            new_prompt.len() + generation.token_ids.len(),
-            generation.logprobs.len(),
-        );
+        node.reserve_logprobs(generation.logprobs.len());
         node.push_prompt(new_prompt);
         let span = node.push_sampled(&generation.token_ids, &generation.logprobs);
         node.history = plan.history.clone();

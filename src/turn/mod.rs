@@ -101,7 +101,12 @@ pub fn prepare(
             })
         })
         .collect();
-    let rendered = render::render_turn(ctx, &TemplateValue::from(messages.clone()), request)?;
+    let rendered = render::render_turn(
+        &ctx.template,
+        &ctx.generation_prompts,
+        &TemplateValue::from(messages.clone()),
+        request,
+    )?;
 
     let unmatched_assistant = request
         .messages

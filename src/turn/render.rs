@@ -3,9 +3,8 @@
 //! second is almost always the first minus the template's generation prompt, so that suffix is
 //! learnt from the first turn that renders both ways and later turns render once.
 
-use super::TurnContext;
 use crate::chat::ChatRequest;
-use crate::template::{RenderRequest, TemplateError, TemplateValue};
+use crate::template::{ChatTemplate, RenderRequest, TemplateError, TemplateValue};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -48,18 +47,20 @@ pub struct Rendered {
     pub history: History,
 }
 
-/// Renders `messages` (already in template form) for `request`.
+/// Renders `messages` (already in template form) for `request`; `known` holds the generation
+/// prompts learnt so far.
 ///
 /// A remembered generation prompt is trusted only when the prompt ends with it. Should a
 /// template ever render history differently in a way this misses, the recorded check simply
 /// fails on the next turn and a new node starts; the prompt sent is always the real render.
 pub fn render_turn(
-    ctx: &TurnContext,
+    template: &ChatTemplate,
+    known: &GenerationPrompts,
     messages: &TemplateValue,
     request: &ChatRequest,
 ) -> Result<Rendered, TemplateError> {
     let render = |add_generation_prompt| {
-        ctx.template.render(RenderRequest {
+        template.render(RenderRequest {
             messages,
             tools: request.tools.as_ref(),
             add_generation_prompt,
@@ -74,20 +75,75 @@ pub fn render_turn(
         });
     }
     let key = serde_json::to_string(&request.template_kwargs).unwrap_or_default();
-    if let Some(known) = ctx.generation_prompts.get(&key)
-        && prompt.ends_with(&*known)
+    if let Some(generation_prompt) = known.get(&key)
+        && prompt.ends_with(&*generation_prompt)
     {
         return Ok(Rendered {
             prompt,
-            history: History::PromptWithout(known.len()),
+            history: History::PromptWithout(generation_prompt.len()),
         });
     }
     let history = render(false)?;
     if let Some(generation_prompt) = prompt.strip_prefix(history.as_str()) {
-        ctx.generation_prompts.learn(key, generation_prompt);
+        known.learn(key, generation_prompt);
     }
     Ok(Rendered {
         prompt,
         history: History::Separate(history),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `<B>` is the generation prompt after one message, `<A>` after more.
+    const TEMPLATE: &str = "{% for m in messages %}[{{ m.content }}]{% endfor %}\
+        {% if add_generation_prompt %}{% if messages|length > 1 %}<A>{% else %}<B>{% endif %}{% endif %}";
+
+    fn request(contents: &[&str]) -> (TemplateValue, ChatRequest) {
+        let messages: Vec<_> = contents
+            .iter()
+            .map(|c| json!({"role": "user", "content": c}))
+            .collect();
+        let body = serde_json::from_value(json!({"messages": messages})).unwrap();
+        let request = ChatRequest::from_body(body, None).unwrap();
+        let values = request.messages.iter().map(|m| m.to_template_value());
+        (TemplateValue::from(values.collect::<Vec<_>>()), request)
+    }
+
+    fn history_text(rendered: &Rendered) -> &str {
+        match &rendered.history {
+            History::PromptWithout(n) => &rendered.prompt[..rendered.prompt.len() - n],
+            History::Separate(text) => text,
+        }
+    }
+
+    #[test]
+    fn renders_once_when_the_generation_prompt_is_known() {
+        let template = ChatTemplate::new("t", TEMPLATE.into(), Default::default()).unwrap();
+        let known = GenerationPrompts::default();
+        let (messages, first) = request(&["x"]);
+        let rendered = render_turn(&template, &known, &messages, &first).unwrap();
+        assert!(matches!(rendered.history, History::Separate(_)));
+        assert_eq!(
+            (rendered.prompt.as_str(), history_text(&rendered)),
+            ("[x]<B>", "[x]")
+        );
+
+        let (messages, again) = request(&["y"]);
+        let rendered = render_turn(&template, &known, &messages, &again).unwrap();
+        assert!(matches!(rendered.history, History::PromptWithout(3)));
+        assert_eq!(history_text(&rendered), "[y]");
+
+        // A different generation prompt is not mistaken for the learnt one.
+        let (messages, longer) = request(&["x", "y"]);
+        let rendered = render_turn(&template, &known, &messages, &longer).unwrap();
+        assert!(matches!(rendered.history, History::Separate(_)));
+        assert_eq!(
+            (rendered.prompt.as_str(), history_text(&rendered)),
+            ("[x][y]<A>", "[x][y]")
+        );
+    }
 }
