@@ -164,31 +164,14 @@ async fn rollout(
         let start = Instant::now();
         let reply = post(client, &chat, &body).await;
         latencies.push(start.elapsed());
-        let message = reply["choices"][0]["message"].clone();
-        let calls = message["tool_calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        messages.push(message);
-        if calls.is_empty() {
-            messages.push(
-                json!({"role": "user", "content": QUESTIONS[(index + turn + 1) % QUESTIONS.len()]}),
-            );
-        }
-        for call in calls {
-            let result = "{\"temp_c\": 18, \"conditions\": \"sunny\"}";
-            messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": result}));
-        }
+        answer(
+            &mut messages,
+            &reply,
+            QUESTIONS[(index + turn + 1) % QUESTIONS.len()].to_string(),
+            "{\"temp_c\": 18, \"conditions\": \"sunny\"}".to_string(),
+        );
     }
-    let nodes: Value = client
-        .get(format!("{base}/{uuid}/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let nodes = nodes["nodes"].as_array().unwrap();
+    let nodes = nodes_of(client, base, &uuid).await;
     assert_eq!(
         nodes.len(),
         1,
@@ -324,20 +307,43 @@ async fn growth_rollout(
         let cpu = (proxy.cpu_ns() - before) as f64 / 1e6;
         let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
         curve.push((turn, prompt_tokens, cpu));
-        let message = reply["choices"][0]["message"].clone();
-        let calls = message["tool_calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        messages.push(message);
-        if calls.is_empty() {
-            messages.push(json!({"role": "user", "content": format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()])}));
-        }
-        for call in calls {
-            messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": format!("{{\"notes\": \"{pad}\"}}")}));
-        }
+        answer(
+            &mut messages,
+            &reply,
+            format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()]),
+            format!("{{\"notes\": \"{pad}\"}}"),
+        );
     }
-    let nodes: Value = client
+    let nodes = nodes_of(client, base, uuid).await;
+    assert_eq!(nodes.len(), 1, "the long rollout is one node");
+    client
+        .delete(format!("{base}/{uuid}"))
+        .send()
+        .await
+        .unwrap();
+    curve
+}
+
+/// Appends the reply's message, then a tool result for each of its calls or, without calls,
+/// the next user turn.
+fn answer(messages: &mut Vec<Value>, reply: &Value, next_user: String, tool_result: String) {
+    let message = reply["choices"][0]["message"].clone();
+    let calls = message["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    messages.push(message);
+    if calls.is_empty() {
+        messages.push(json!({"role": "user", "content": next_user}));
+    }
+    for call in calls {
+        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": tool_result}));
+    }
+}
+
+/// `GET /{uuid}/nodes`.
+async fn nodes_of(client: &reqwest::Client, base: &str, uuid: &str) -> Vec<Value> {
+    let body: Value = client
         .get(format!("{base}/{uuid}/nodes"))
         .send()
         .await
@@ -345,15 +351,5 @@ async fn growth_rollout(
         .json()
         .await
         .unwrap();
-    assert_eq!(
-        nodes["nodes"].as_array().unwrap().len(),
-        1,
-        "the long rollout is one node"
-    );
-    client
-        .delete(format!("{base}/{uuid}"))
-        .send()
-        .await
-        .unwrap();
-    curve
+    body["nodes"].as_array().unwrap().clone()
 }
