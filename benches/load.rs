@@ -58,7 +58,10 @@ impl ProxyProcess {
             .unwrap()
             .port();
         let qwen3 = fixture_model("qwen3");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        // `LOAD_PROXY_BIN` runs another build (e.g. the previous commit's) for a side-by-side run.
+        let binary = std::env::var("LOAD_PROXY_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-proxy").to_string());
+        let child = std::process::Command::new(binary)
             .args(["serve", "--port", &port.to_string(), "--tokenizer"])
             .arg(&qwen3)
             .args(["--backend", upstream, "--backend-type", "sglang"])

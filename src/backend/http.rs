@@ -2,8 +2,6 @@
 //! and server-sent-event parsing.
 
 use super::{BackendError, EventStream, StreamEvent};
-use serde::Serialize;
-use serde::ser::SerializeMap;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -23,15 +21,84 @@ impl<'a> IdsBody<'a> {
     }
 }
 
-impl Serialize for IdsBody<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let rest = self.rest.as_object();
-        let mut map = serializer.serialize_map(Some(1 + rest.map_or(0, |r| r.len())))?;
-        map.serialize_entry(self.key, self.ids)?;
-        for (key, value) in rest.into_iter().flatten() {
-            map.serialize_entry(key, value)?;
+/// A request body as the JSON bytes sent.
+pub trait JsonBody {
+    fn to_json(&self) -> Vec<u8>;
+}
+
+impl JsonBody for Value {
+    fn to_json(&self) -> Vec<u8> {
+        self.to_string().into_bytes()
+    }
+}
+
+impl JsonBody for IdsBody<'_> {
+    /// One buffer sized up front, ids written by [`push_ids`]: a 70k-token prompt is written
+    /// every turn, and through serde it cost several times more.
+    fn to_json(&self) -> Vec<u8> {
+        let rest = self.rest.to_string();
+        let mut out = Vec::with_capacity(self.key.len() + 8 * self.ids.len() + rest.len() + 8);
+        out.extend_from_slice(b"{\"");
+        out.extend_from_slice(self.key.as_bytes());
+        out.extend_from_slice(b"\":[");
+        push_ids(&mut out, self.ids);
+        out.push(b']');
+        match rest.strip_prefix('{').filter(|r| *r != "}") {
+            Some(fields) => {
+                out.push(b',');
+                out.extend_from_slice(fields.as_bytes());
+            }
+            None => out.push(b'}'),
         }
-        map.end()
+        out
+    }
+}
+
+/// Two decimal digits for each value below 100.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends `ids` in decimal, comma-separated. Digits go into a small stack buffer flushed
+/// every few hundred bytes: one tiny copy per id into the output was most of the cost.
+fn push_ids(out: &mut Vec<u8>, ids: &[u32]) {
+    const ID_MAX: usize = 11; // ten digits and a comma
+    let mut chunk = [0u8; 1024];
+    let mut at = 0;
+    for (i, &id) in ids.iter().enumerate() {
+        if at + ID_MAX > chunk.len() {
+            out.extend_from_slice(&chunk[..at]);
+            at = 0;
+        }
+        if i > 0 {
+            chunk[at] = b',';
+            at += 1;
+        }
+        let len = id.checked_ilog10().map_or(1, |log| log as usize + 1);
+        write_decimal(&mut chunk[at..at + len], id);
+        at += len;
+    }
+    out.extend_from_slice(&chunk[..at]);
+}
+
+/// Writes `n` into `digits`, which is exactly as long as its decimal form.
+fn write_decimal(digits: &mut [u8], mut n: u32) {
+    let mut end = digits.len();
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        digits[end - 2] = DIGIT_PAIRS[pair];
+        digits[end - 1] = DIGIT_PAIRS[pair + 1];
+        end -= 2;
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        digits[end - 2] = DIGIT_PAIRS[pair];
+        digits[end - 1] = DIGIT_PAIRS[pair + 1];
+    } else {
+        digits[end - 1] = b'0' + n as u8;
     }
 }
 
@@ -79,26 +146,33 @@ impl JsonClient {
         &self,
         root: &str,
         path: &str,
-        body: &impl Serialize,
+        body: &impl JsonBody,
     ) -> Result<Value, BackendError> {
-        let request = self.client.post(format!("{root}{path}")).json(body);
+        let request = self.json_post(root, path, body);
         self.json(self.send(request, self.timeout).await?).await
     }
 
     /// POSTs `body` and returns the reply's byte stream (after checking its status).
-    pub async fn post_stream<B: Serialize>(
+    pub async fn post_stream(
         &self,
         root: &str,
         path: &str,
-        body: &B,
+        body: &impl JsonBody,
     ) -> Result<futures::stream::BoxStream<'static, Result<bytes::Bytes, String>>, BackendError>
     {
-        let request = self.client.post(format!("{root}{path}")).json(body);
+        let request = self.json_post(root, path, body);
         let response = self.send(request, self.timeout).await?;
         let bytes = futures::StreamExt::map(response.bytes_stream(), |chunk| {
             chunk.map_err(|e| e.to_string())
         });
         Ok(futures::StreamExt::boxed(bytes))
+    }
+
+    fn json_post(&self, root: &str, path: &str, body: &impl JsonBody) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{root}{path}"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_json())
     }
 
     /// GETs `{root}{path}` and parses the JSON reply.
@@ -279,6 +353,26 @@ pub(crate) fn sse_events(
 mod tests {
     use super::*;
     use futures::StreamExt;
+    use serde_json::json;
+
+    #[test]
+    fn ids_bodies_are_the_json_serde_would_write() {
+        let ids = [0, 7, 9, 10, 42, 99, 100, 101, 999, 1000, 65_535, 151_643, u32::MAX];
+        let rest = json!({"sampling_params": {"max_new_tokens": 8}, "stream": true});
+        let body = IdsBody::new("input_ids", &ids, rest);
+        let parsed: Value = serde_json::from_slice(&body.to_json()).unwrap();
+        assert_eq!(
+            parsed,
+            json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 8}, "stream": true})
+        );
+        assert!(body.to_json().starts_with(b"{\"input_ids\":[0,7,9,10,42,99,100,101,999,1000,"));
+        for (ids, rest) in [(&[][..], json!({})), (&[5][..], json!({"n": 1}))] {
+            let parsed: Value = serde_json::from_slice(&IdsBody::new("prompt", ids, rest.clone()).to_json()).unwrap();
+            let mut expected = json!({"prompt": ids});
+            expected.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+            assert_eq!(parsed, expected);
+        }
+    }
 
     #[tokio::test]
     async fn sse_events_survive_arbitrary_chunking() {

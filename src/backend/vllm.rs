@@ -305,6 +305,7 @@ impl Backend for VllmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::http::JsonBody;
 
     fn backend() -> VllmBackend {
         VllmBackend::new("http://h:8000/v1", "m", None, Duration::from_secs(1))
@@ -348,7 +349,7 @@ mod tests {
             },
             n: 2,
         };
-        let body = serde_json::to_value(backend().completions_body(&request)).unwrap();
+        let body: Value = serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
         assert_eq!(body["prompt"], json!([1, 2]));
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["top_k"], 5);
@@ -358,7 +359,8 @@ mod tests {
             "unset fields keep the server default"
         );
         assert_eq!(body["return_token_ids"], true);
-        let generate = serde_json::to_value(VllmBackend::generate_body(&request)).unwrap();
+        let generate: Value =
+            serde_json::from_slice(&VllmBackend::generate_body(&request).to_json()).unwrap();
         assert_eq!(generate["token_ids"], json!([1, 2]));
         assert_eq!(generate["sampling_params"]["max_tokens"], 8);
         assert_eq!(generate["sampling_params"]["n"], 2);

@@ -5,10 +5,12 @@
 //! special tokens themselves and no BOS/EOS is added, exactly like
 //! `tokenizer.encode(text, add_special_tokens=False)` in transformers.
 
+mod ascii;
 mod gguf;
 
 pub use gguf::GgufVocab;
 
+use ascii::AsciiEncoder;
 use std::path::{Path, PathBuf};
 
 /// Errors from loading a tokenizer or encoding text.
@@ -29,6 +31,8 @@ pub struct Tokenizer {
     /// (NFC for Qwen3): ASCII text is already in every normal form, and normalizing with offset
     /// tracking is about half the cost of encoding it.
     without_normalizer: Option<Box<tokenizers::Tokenizer>>,
+    /// The fast road for ASCII text, when the tokenizer's pipeline is one it handles.
+    ascii: Option<AsciiEncoder>,
 }
 
 /// Where the vocabulary comes from.
@@ -84,10 +88,12 @@ impl Tokenizer {
             }
             _ => None,
         };
+        let ascii = AsciiEncoder::for_tokenizer(&inner);
         Self {
             vocab: Vocab::HuggingFace(Box::new(inner)),
             special,
             without_normalizer,
+            ascii,
         }
     }
 
@@ -97,6 +103,7 @@ impl Tokenizer {
             special: vocab.control_tokens(),
             vocab: Vocab::Gguf(vocab),
             without_normalizer: None,
+            ascii: None,
         }
     }
 
@@ -105,7 +112,15 @@ impl Tokenizer {
         if text.is_empty() {
             return Ok(Vec::new());
         }
+        let error = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
         match &self.vocab {
+            Vocab::HuggingFace(inner) if text.is_ascii() && self.ascii.is_some() => {
+                let mut ids = Vec::with_capacity(text.len() / 3);
+                if let Some(ascii) = &self.ascii {
+                    ascii.encode(inner, text, &mut ids).map_err(error)?;
+                }
+                Ok(ids)
+            }
             Vocab::HuggingFace(inner) => self
                 .without_normalizer
                 .as_deref()
@@ -113,7 +128,7 @@ impl Tokenizer {
                 .unwrap_or(inner)
                 .encode_fast(text, false)
                 .map(|encoding| encoding.get_ids().to_vec())
-                .map_err(|e| TokenizerError::Encode(e.to_string())),
+                .map_err(error),
             Vocab::Gguf(vocab) => Ok(vocab.encode(text)),
         }
     }

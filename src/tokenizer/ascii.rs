@@ -1,0 +1,297 @@
+//! A faster road for ASCII text through byte-level BPE tokenizers that split words with the
+//! GPT-4-style pattern (Qwen2/Qwen3, Llama 3).
+//!
+//! The Hugging Face pipeline keeps an offset alignment per byte through normalization,
+//! pre-tokenization and byte-level mapping, and runs the split pattern through a general regex
+//! engine: for a turn's new text that was most of the proxy's work. ASCII text needs none of
+//! it: it is in every Unicode normal form, its letter/digit/space classes are fixed, and the
+//! pattern's alternatives reduce to a short scanner. The pieces then go to the tokenizer's own
+//! BPE model, so merges and their cache are the library's. Anything this does not recognise
+//! (another pattern, added tokens with strip or word options, a text that is not ASCII) takes
+//! the library's road; a tokenizer is only given this one after both agree on a probe text.
+
+use tokenizers::Model;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+
+/// The split pattern of Qwen2 and Qwen3 (one digit per piece).
+const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// The split pattern of Llama 3 (up to three digits per piece).
+const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Text that exercises every alternative of the pattern and every added token; a tokenizer
+/// takes the fast road only if it encodes this exactly as the library does.
+const PROBE: &str = "Hello, world! It's 2024-05-01; we'LL see 1234567 items.\n\n  \tIndented\r\n\
+    x  \n y   z\t\tend(arg='v') \"q\" ?!  \n\n\n  trailing   ";
+
+/// Encodes ASCII text for one tokenizer, the same ids as `encode_fast(text, false)`.
+#[derive(Debug)]
+pub(super) struct AsciiEncoder {
+    /// Longest digit run in one piece.
+    max_digits: usize,
+    /// Added tokens that can occur in ASCII text, by first byte, longest first.
+    added_by_first_byte: Vec<Vec<(Box<[u8]>, u32)>>,
+}
+
+impl AsciiEncoder {
+    /// The encoder for `tokenizer`, if its pipeline is one this handles exactly.
+    pub fn for_tokenizer(tokenizer: &tokenizers::Tokenizer) -> Option<Self> {
+        let max_digits = split_pattern_digits(tokenizer.get_pre_tokenizer()?)?;
+        let mut added_by_first_byte: Vec<Vec<(Box<[u8]>, u32)>> = vec![Vec::new(); 128];
+        for (id, token) in tokenizer.get_added_tokens_decoder() {
+            if token.single_word || token.lstrip || token.rstrip || token.normalized {
+                return None;
+            }
+            let bytes = token.content.as_bytes();
+            if bytes.is_ascii() && !bytes.is_empty() {
+                added_by_first_byte[bytes[0] as usize].push((Box::from(bytes), id));
+            }
+        }
+        for candidates in &mut added_by_first_byte {
+            candidates.sort_by_key(|(bytes, _)| std::cmp::Reverse(bytes.len()));
+        }
+        let encoder = Self {
+            max_digits,
+            added_by_first_byte,
+        };
+        let mut probe = PROBE.to_string();
+        for candidates in &encoder.added_by_first_byte {
+            for (bytes, _) in candidates {
+                probe.push_str(std::str::from_utf8(bytes).ok()?);
+                probe.push_str(" a1 ");
+            }
+        }
+        let expected = tokenizer.encode_fast(probe.as_str(), false).ok()?;
+        let mut ids = Vec::new();
+        encoder.encode(tokenizer, &probe, &mut ids).ok()?;
+        (ids == expected.get_ids()).then_some(encoder)
+    }
+
+    /// Appends the ids of `text` (which must be ASCII) to `ids`.
+    pub fn encode(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        text: &str,
+        ids: &mut Vec<u32>,
+    ) -> tokenizers::Result<()> {
+        debug_assert!(text.is_ascii());
+        let bytes = text.as_bytes();
+        let model = tokenizer.get_model();
+        let mut word = String::new();
+        let mut start = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            let Some((len, id)) = self.added_token_at(&bytes[at..]) else {
+                at += 1;
+                continue;
+            };
+            self.encode_words(model, &bytes[start..at], &mut word, ids)?;
+            ids.push(id);
+            at += len;
+            start = at;
+        }
+        self.encode_words(model, &bytes[start..], &mut word, ids)
+    }
+
+    /// The longest added token that `rest` starts with.
+    fn added_token_at(&self, rest: &[u8]) -> Option<(usize, u32)> {
+        self.added_by_first_byte[rest[0] as usize]
+            .iter()
+            .find(|(token, _)| rest.starts_with(token))
+            .map(|(token, id)| (token.len(), *id))
+    }
+
+    /// Splits `text` (no added tokens in it) into pieces and runs each through the model.
+    fn encode_words(
+        &self,
+        model: &impl Model,
+        text: &[u8],
+        word: &mut String,
+        ids: &mut Vec<u32>,
+    ) -> tokenizers::Result<()> {
+        let mut start = 0;
+        while start < text.len() {
+            let end = piece_end(text, start, self.max_digits);
+            word.clear();
+            word.extend(text[start..end].iter().map(|&b| byte_char(b)));
+            ids.extend(model.tokenize(word)?.iter().map(|token| token.id));
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+/// The longest digit run of a `Sequence[Split(pattern, Isolated), ByteLevel(no prefix space,
+/// no regex)]` pre-tokenizer with a known pattern; `None` for any other pre-tokenizer.
+fn split_pattern_digits(pre_tokenizer: &PreTokenizerWrapper) -> Option<usize> {
+    let config = serde_json::to_value(pre_tokenizer).ok()?;
+    let steps = config.get("pretokenizers")?.as_array()?;
+    let [split, byte_level] = steps.as_slice() else {
+        return None;
+    };
+    let byte_level_plain = byte_level["type"] == "ByteLevel"
+        && byte_level["add_prefix_space"] == false
+        && byte_level["use_regex"] == false;
+    let split_isolated = split["type"] == "Split"
+        && split["behavior"] == "Isolated"
+        && split["invert"] == false;
+    if !(byte_level_plain && split_isolated) {
+        return None;
+    }
+    match split["pattern"]["Regex"].as_str()? {
+        QWEN2_PATTERN => Some(1),
+        LLAMA3_PATTERN => Some(3),
+        _ => None,
+    }
+}
+
+/// GPT-2's byte-to-character map, for ASCII bytes: printable ones stand for themselves, the
+/// others (controls, space, DEL) take the characters from U+0100 on, in byte order.
+fn byte_char(byte: u8) -> char {
+    match byte {
+        b'!'..=b'~' => byte as char,
+        0..=b' ' => char::from_u32(0x100 + u32::from(byte)).unwrap_or_default(),
+        _ => '\u{121}', // DEL, the only other ASCII byte
+    }
+}
+
+fn is_space(byte: u8) -> bool {
+    matches!(byte, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ')
+}
+
+fn is_newline(byte: u8) -> bool {
+    matches!(byte, b'\r' | b'\n')
+}
+
+/// Neither space, letter nor digit.
+fn is_other(byte: u8) -> bool {
+    !is_space(byte) && !byte.is_ascii_alphanumeric()
+}
+
+fn run_end(text: &[u8], from: usize, class: impl Fn(u8) -> bool) -> usize {
+    text[from..]
+        .iter()
+        .position(|&b| !class(b))
+        .map_or(text.len(), |n| from + n)
+}
+
+/// Where the pattern's match at `start` ends; its alternatives are tried in order, as the
+/// regex engine does.
+fn piece_end(text: &[u8], start: usize, max_digits: usize) -> usize {
+    let at = |i: usize| text.get(i).copied();
+    let first = text[start];
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    if first == b'\'' {
+        let lower = |i| at(i).map(|b: u8| b.to_ascii_lowercase());
+        match (lower(start + 1), lower(start + 2)) {
+            (Some(b's' | b't' | b'm' | b'd'), _) => return start + 2,
+            (Some(b'r' | b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => return start + 3,
+            _ => {}
+        }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if first.is_ascii_alphabetic() {
+        return run_end(text, start, |b| b.is_ascii_alphabetic());
+    }
+    if !is_newline(first)
+        && !first.is_ascii_digit()
+        && at(start + 1).is_some_and(|b| b.is_ascii_alphabetic())
+    {
+        return run_end(text, start + 1, |b| b.is_ascii_alphabetic());
+    }
+    // \p{N} or \p{N}{1,3}
+    if first.is_ascii_digit() {
+        return run_end(text, start, |b| b.is_ascii_digit()).min(start + max_digits);
+    }
+    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+    let others = if first == b' ' { start + 1 } else { start };
+    if at(others).is_some_and(is_other) {
+        let end = run_end(text, others, is_other);
+        return run_end(text, end, is_newline);
+    }
+    // Only a space run is left: `\s*[\r\n]+`, then `\s+(?!\S)`, then `\s+`.
+    let spaces_end = run_end(text, start, is_space);
+    if let Some(last_newline) = (start..spaces_end).rev().find(|&i| is_newline(text[i])) {
+        return last_newline + 1;
+    }
+    if spaces_end < text.len() && spaces_end - start >= 2 {
+        return spaces_end - 1;
+    }
+    spaces_end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fetched fixture's `tokenizer.json` (`scripts/fetch-fixtures.sh`).
+    fn fixture_tokenizer(model: &str) -> tokenizers::Tokenizer {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/cache")
+            .join(model)
+            .join("tokenizer.json");
+        tokenizers::Tokenizer::from_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-fixtures.sh", path.display()))
+    }
+
+    /// Deterministic text from the pieces the pattern distinguishes.
+    fn random_ascii(seed: u64, len: usize) -> String {
+        const PARTS: &[&str] = &[
+            "a", "Z", "word", " the", "'s", "'T", "'re", "'LL", "'d", "'x", "7", "12345", " 9",
+            " ", "  ", "\t", "\n", "\r\n", " \n ", "\n\n", ".", ",", "!?", " (", ")", "\"", "'",
+            "{\"k\": 1}", "<", ">", "|", "_", "-", "\x0b", "\x0c", "\x01", "\x7f", "<|im_start|>",
+            "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "<|eot_id|>",
+            "<|start_header_id|>", "<|im_st",
+        ];
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut text = String::new();
+        for _ in 0..len {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            text.push_str(PARTS[(state % PARTS.len() as u64) as usize]);
+        }
+        text
+    }
+
+    #[test]
+    fn matches_the_library_on_qwen3_and_llama3() {
+        for model in ["qwen3", "llama3_1"] {
+            let tokenizer = fixture_tokenizer(model);
+            let encoder = AsciiEncoder::for_tokenizer(&tokenizer).expect("pattern recognised");
+            for seed in 0..3000 {
+                let text = random_ascii(seed, 1 + (seed as usize % 40));
+                let expected = tokenizer.encode_fast(text.as_str(), false).unwrap();
+                let mut ids = Vec::new();
+                encoder.encode(&tokenizer, &text, &mut ids).unwrap();
+                assert_eq!(ids, expected.get_ids(), "{model}, text {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_pipelines_keep_the_library_road() {
+        for model in ["smollm2", "gemma3", "deepseek_v3"] {
+            let tokenizer = fixture_tokenizer(model);
+            assert!(AsciiEncoder::for_tokenizer(&tokenizer).is_none(), "{model}");
+        }
+    }
+
+    #[test]
+    fn the_scanner_follows_the_alternatives_in_order() {
+        fn pieces(text: &str, digits: usize) -> Vec<&str> {
+            let mut out = Vec::new();
+            let mut start = 0;
+            while start < text.len() {
+                let end = piece_end(text.as_bytes(), start, digits);
+                out.push(&text[start..end]);
+                start = end;
+            }
+            out
+        }
+        assert_eq!(
+            pieces("it's 'sam 12345 a  b\n\n c  ", 1),
+            ["it", "'s", " '", "sam", " ", "1", "2", "3", "4", "5", " a", " ", " b", "\n\n", " c", "  "]
+        );
+        assert_eq!(pieces("x 12345;\n", 3), ["x", " ", "123", "45", ";\n"]);
+    }
+}
