@@ -357,7 +357,21 @@ mod tests {
 
     #[test]
     fn ids_bodies_are_the_json_serde_would_write() {
-        let ids = [0, 7, 9, 10, 42, 99, 100, 101, 999, 1000, 65_535, 151_643, u32::MAX];
+        let ids = [
+            0,
+            7,
+            9,
+            10,
+            42,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            65_535,
+            151_643,
+            u32::MAX,
+        ];
         let rest = json!({"sampling_params": {"max_new_tokens": 8}, "stream": true});
         let body = IdsBody::new("input_ids", &ids, rest);
         let parsed: Value = serde_json::from_slice(&body.to_json()).unwrap();
@@ -365,11 +379,19 @@ mod tests {
             parsed,
             json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 8}, "stream": true})
         );
-        assert!(body.to_json().starts_with(b"{\"input_ids\":[0,7,9,10,42,99,100,101,999,1000,"));
+        assert!(
+            body.to_json()
+                .starts_with(b"{\"input_ids\":[0,7,9,10,42,99,100,101,999,1000,")
+        );
         for (ids, rest) in [(&[][..], json!({})), (&[5][..], json!({"n": 1}))] {
-            let parsed: Value = serde_json::from_slice(&IdsBody::new("prompt", ids, rest.clone()).to_json()).unwrap();
+            let parsed: Value =
+                serde_json::from_slice(&IdsBody::new("prompt", ids, rest.clone()).to_json())
+                    .unwrap();
             let mut expected = json!({"prompt": ids});
-            expected.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+            expected
+                .as_object_mut()
+                .unwrap()
+                .extend(rest.as_object().unwrap().clone());
             assert_eq!(parsed, expected);
         }
     }

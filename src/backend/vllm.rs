@@ -349,7 +349,8 @@ mod tests {
             },
             n: 2,
         };
-        let body: Value = serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
+        let body: Value =
+            serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
         assert_eq!(body["prompt"], json!([1, 2]));
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["top_k"], 5);

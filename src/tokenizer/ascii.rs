@@ -10,6 +10,7 @@
 //! (another pattern, added tokens with strip or word options, a text that is not ASCII) takes
 //! the library's road; a tokenizer is only given this one after both agree on a probe text.
 
+use super::byte_level::byte_char;
 use tokenizers::Model;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 
@@ -131,9 +132,8 @@ fn split_pattern_digits(pre_tokenizer: &PreTokenizerWrapper) -> Option<usize> {
     let byte_level_plain = byte_level["type"] == "ByteLevel"
         && byte_level["add_prefix_space"] == false
         && byte_level["use_regex"] == false;
-    let split_isolated = split["type"] == "Split"
-        && split["behavior"] == "Isolated"
-        && split["invert"] == false;
+    let split_isolated =
+        split["type"] == "Split" && split["behavior"] == "Isolated" && split["invert"] == false;
     if !(byte_level_plain && split_isolated) {
         return None;
     }
@@ -141,16 +141,6 @@ fn split_pattern_digits(pre_tokenizer: &PreTokenizerWrapper) -> Option<usize> {
         QWEN2_PATTERN => Some(1),
         LLAMA3_PATTERN => Some(3),
         _ => None,
-    }
-}
-
-/// GPT-2's byte-to-character map, for ASCII bytes: printable ones stand for themselves, the
-/// others (controls, space, DEL) take the characters from U+0100 on, in byte order.
-fn byte_char(byte: u8) -> char {
-    match byte {
-        b'!'..=b'~' => byte as char,
-        0..=b' ' => char::from_u32(0x100 + u32::from(byte)).unwrap_or_default(),
-        _ => '\u{121}', // DEL, the only other ASCII byte
     }
 }
 
@@ -222,25 +212,56 @@ fn piece_end(text: &[u8], start: usize, max_digits: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A fetched fixture's `tokenizer.json` (`scripts/fetch-fixtures.sh`).
-    fn fixture_tokenizer(model: &str) -> tokenizers::Tokenizer {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/cache")
-            .join(model)
-            .join("tokenizer.json");
-        tokenizers::Tokenizer::from_file(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-fixtures.sh", path.display()))
-    }
+    use crate::tokenizer::fixture_tokenizer;
 
     /// Deterministic text from the pieces the pattern distinguishes.
     fn random_ascii(seed: u64, len: usize) -> String {
         const PARTS: &[&str] = &[
-            "a", "Z", "word", " the", "'s", "'T", "'re", "'LL", "'d", "'x", "7", "12345", " 9",
-            " ", "  ", "\t", "\n", "\r\n", " \n ", "\n\n", ".", ",", "!?", " (", ")", "\"", "'",
-            "{\"k\": 1}", "<", ">", "|", "_", "-", "\x0b", "\x0c", "\x01", "\x7f", "<|im_start|>",
-            "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "<|eot_id|>",
-            "<|start_header_id|>", "<|im_st",
+            "a",
+            "Z",
+            "word",
+            " the",
+            "'s",
+            "'T",
+            "'re",
+            "'LL",
+            "'d",
+            "'x",
+            "7",
+            "12345",
+            " 9",
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r\n",
+            " \n ",
+            "\n\n",
+            ".",
+            ",",
+            "!?",
+            " (",
+            ")",
+            "\"",
+            "'",
+            "{\"k\": 1}",
+            "<",
+            ">",
+            "|",
+            "_",
+            "-",
+            "\x0b",
+            "\x0c",
+            "\x01",
+            "\x7f",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<think>",
+            "<|eot_id|>",
+            "<|start_header_id|>",
+            "<|im_st",
         ];
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut text = String::new();
@@ -290,7 +311,10 @@ mod tests {
         }
         assert_eq!(
             pieces("it's 'sam 12345 a  b\n\n c  ", 1),
-            ["it", "'s", " '", "sam", " ", "1", "2", "3", "4", "5", " a", " ", " b", "\n\n", " c", "  "]
+            [
+                "it", "'s", " '", "sam", " ", "1", "2", "3", "4", "5", " a", " ", " b", "\n\n",
+                " c", "  "
+            ]
         );
         assert_eq!(pieces("x 12345;\n", 3), ["x", " ", "123", "45", ";\n"]);
     }

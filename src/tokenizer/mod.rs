@@ -6,11 +6,13 @@
 //! `tokenizer.encode(text, add_special_tokens=False)` in transformers.
 
 mod ascii;
+mod byte_level;
 mod gguf;
 
 pub use gguf::GgufVocab;
 
 use ascii::AsciiEncoder;
+use byte_level::ByteLevelDecoder;
 use std::path::{Path, PathBuf};
 
 /// Errors from loading a tokenizer or encoding text.
@@ -33,6 +35,8 @@ pub struct Tokenizer {
     without_normalizer: Option<Box<tokenizers::Tokenizer>>,
     /// The fast road for ASCII text, when the tokenizer's pipeline is one it handles.
     ascii: Option<AsciiEncoder>,
+    /// Token bytes by id, when the vocabulary is byte-level.
+    byte_level: Option<ByteLevelDecoder>,
 }
 
 /// Where the vocabulary comes from.
@@ -89,11 +93,13 @@ impl Tokenizer {
             _ => None,
         };
         let ascii = AsciiEncoder::for_tokenizer(&inner);
+        let byte_level = ByteLevelDecoder::for_tokenizer(&inner);
         Self {
             vocab: Vocab::HuggingFace(Box::new(inner)),
             special,
             without_normalizer,
             ascii,
+            byte_level,
         }
     }
 
@@ -104,6 +110,7 @@ impl Tokenizer {
             vocab: Vocab::Gguf(vocab),
             without_normalizer: None,
             ascii: None,
+            byte_level: None,
         }
     }
 
@@ -135,6 +142,9 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens kept.
     pub fn decode(&self, ids: &[u32]) -> String {
+        if let Some(table) = &self.byte_level {
+            return table.decode(ids.iter().copied());
+        }
         match &self.vocab {
             Vocab::HuggingFace(inner) => inner.decode(ids, false).unwrap_or_default(),
             Vocab::Gguf(vocab) => String::from_utf8_lossy(&vocab.decode_bytes(ids)).into_owned(),
@@ -144,6 +154,9 @@ impl Tokenizer {
     /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out,
     /// except those in `shown` (see [`Tokenizer::special_ids`]).
     pub fn decode_visible(&self, ids: &[u32], shown: &[u32]) -> String {
+        if let Some(table) = &self.byte_level {
+            return table.decode(ids.iter().copied().filter(|id| self.is_shown(*id, shown)));
+        }
         if let (Vocab::HuggingFace(inner), true) = (&self.vocab, shown.is_empty()) {
             return inner.decode(ids, true).unwrap_or_default();
         }
@@ -266,6 +279,17 @@ fn take_complete_utf8(pending: &mut Vec<u8>, text: &mut String) {
     };
     text.push_str(&String::from_utf8_lossy(&pending[..complete]));
     pending.drain(..complete);
+}
+
+/// A fetched fixture's `tokenizer.json` (`scripts/fetch-fixtures.sh`).
+#[cfg(test)]
+pub(crate) fn fixture_tokenizer(model: &str) -> tokenizers::Tokenizer {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/cache")
+        .join(model)
+        .join("tokenizer.json");
+    tokenizers::Tokenizer::from_file(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-fixtures.sh", path.display()))
 }
 
 #[cfg(test)]
