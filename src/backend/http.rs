@@ -76,11 +76,27 @@ fn push_ids(out: &mut Vec<u8>, ids: &[u32]) {
             chunk[at] = b',';
             at += 1;
         }
-        let len = id.checked_ilog10().map_or(1, |log| log as usize + 1);
+        let len = decimal_len(id);
         write_decimal(&mut chunk[at..at + len], id);
         at += len;
     }
     out.extend_from_slice(&chunk[..at]);
+}
+
+/// Digits of `n`; token ids are mostly five or six digits, so the branches predict well.
+fn decimal_len(n: u32) -> usize {
+    match n {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1_000..=9_999 => 4,
+        10_000..=99_999 => 5,
+        100_000..=999_999 => 6,
+        1_000_000..=9_999_999 => 7,
+        10_000_000..=99_999_999 => 8,
+        100_000_000..=999_999_999 => 9,
+        _ => 10,
+    }
 }
 
 /// Writes `n` into `digits`, which is exactly as long as its decimal form.
