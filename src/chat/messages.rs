@@ -5,6 +5,7 @@
 //! transformers hands them, so messages are normalised here before rendering (the template
 //! engine itself stays faithful to transformers).
 
+use super::wire::WireMessage;
 use crate::template::{TemplateValue, json_value, template_map};
 use serde_json::{Map, Value};
 
@@ -70,14 +71,16 @@ pub struct MessageError {
 }
 
 impl ChatMessage {
-    /// Validates one raw message, taking its strings rather than copying them.
-    pub fn parse(index: usize, raw: Value) -> Result<Self, MessageError> {
+    /// Validates one message as sent, taking its strings rather than copying them.
+    pub fn parse(index: usize, raw: impl Into<WireMessage>) -> Result<Self, MessageError> {
         let fail = |reason: String| MessageError { index, reason };
-        let Value::Object(mut object) = raw else {
+        let raw: WireMessage = raw.into();
+        if !raw.is_object {
             return Err(fail("a message must be an object".into()));
-        };
-        let role_text = object
-            .get("role")
+        }
+        let role_text = raw
+            .role
+            .as_ref()
             .and_then(Value::as_str)
             .ok_or_else(|| fail("'role' must be a string".into()))?;
         let role = Role::parse(role_text).ok_or_else(|| {
@@ -85,7 +88,7 @@ impl ChatMessage {
                 "unknown role '{role_text}' (expected system, developer, user, assistant or tool)"
             ))
         })?;
-        let content = match object.remove("content") {
+        let content = match raw.content {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s),
             Some(Value::Array(parts)) => Some(join_text_parts(&parts).map_err(fail)?),
@@ -95,7 +98,7 @@ impl ChatMessage {
                 ));
             }
         };
-        let tool_calls = match object.remove("tool_calls") {
+        let tool_calls = match raw.tool_calls {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(calls)) if role == Role::Assistant => calls
                 .iter()
@@ -109,13 +112,13 @@ impl ChatMessage {
             }
             Some(_) => return Err(fail("'tool_calls' must be a list".into())),
         };
-        object.remove("role");
-        object.retain(|_, v| !v.is_null());
+        let mut extra = raw.extra;
+        extra.retain(|_, v| !v.is_null());
         Ok(Self {
             role,
             content,
             tool_calls,
-            extra: object,
+            extra,
         })
     }
 

@@ -2,6 +2,7 @@
 
 pub mod messages;
 pub mod request;
+pub mod wire;
 
 pub use messages::{ChatMessage, Role, ToolCall};
 pub use request::{ChatCompletionBody, ChatRequest, RequestError, ToolChoice};

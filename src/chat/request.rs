@@ -1,6 +1,7 @@
 //! The body of `POST /{uuid}/v1/chat/completions` (and `/render`), validated.
 
 use super::messages::{ChatMessage, MessageError};
+use super::wire::WireMessage;
 use crate::backend::SamplingParams;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -32,7 +33,7 @@ impl StopField {
 /// The JSON body as sent; unknown fields are ignored like OpenAI-compatible servers do.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatCompletionBody {
-    pub messages: Vec<Value>,
+    pub messages: Vec<WireMessage>,
     #[serde(default)]
     pub model: Option<String>,
     pub max_tokens: Option<u32>,

@@ -5,14 +5,14 @@
 //! special tokens themselves and no BOS/EOS is added, exactly like
 //! `tokenizer.encode(text, add_special_tokens=False)` in transformers.
 
-mod ascii;
 mod byte_level;
+mod fast;
 mod gguf;
 
 pub use gguf::GgufVocab;
 
-use ascii::AsciiEncoder;
 use byte_level::ByteLevelDecoder;
+use fast::FastEncoder;
 use std::path::{Path, PathBuf};
 
 /// Errors from loading a tokenizer or encoding text.
@@ -33,8 +33,8 @@ pub struct Tokenizer {
     /// (NFC for Qwen3): ASCII text is already in every normal form, and normalizing with offset
     /// tracking is about half the cost of encoding it.
     without_normalizer: Option<Box<tokenizers::Tokenizer>>,
-    /// The fast road for ASCII text, when the tokenizer's pipeline is one it handles.
-    ascii: Option<AsciiEncoder>,
+    /// The fast road, when the tokenizer's pipeline is one it handles.
+    fast: Option<FastEncoder>,
     /// Token bytes by id, when the vocabulary is byte-level.
     byte_level: Option<ByteLevelDecoder>,
 }
@@ -92,13 +92,13 @@ impl Tokenizer {
             }
             _ => None,
         };
-        let ascii = AsciiEncoder::for_tokenizer(&inner);
+        let fast = FastEncoder::for_tokenizer(&inner);
         let byte_level = ByteLevelDecoder::for_tokenizer(&inner);
         Self {
             vocab: Vocab::HuggingFace(Box::new(inner)),
             special,
             without_normalizer,
-            ascii,
+            fast,
             byte_level,
         }
     }
@@ -109,7 +109,7 @@ impl Tokenizer {
             special: vocab.control_tokens(),
             vocab: Vocab::Gguf(vocab),
             without_normalizer: None,
-            ascii: None,
+            fast: None,
             byte_level: None,
         }
     }
@@ -121,10 +121,10 @@ impl Tokenizer {
         }
         let error = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
         match &self.vocab {
-            Vocab::HuggingFace(inner) if text.is_ascii() && self.ascii.is_some() => {
+            Vocab::HuggingFace(inner) if self.fast.is_some() => {
                 let mut ids = Vec::with_capacity(text.len() / 3);
-                if let Some(ascii) = &self.ascii {
-                    ascii.encode(inner, text, &mut ids).map_err(error)?;
+                if let Some(fast) = &self.fast {
+                    fast.encode(inner, text, &mut ids).map_err(error)?;
                 }
                 Ok(ids)
             }

@@ -1,0 +1,170 @@
+//! Messages as they arrive. The fields validation looks at are taken out while the JSON is
+//! parsed, so no JSON object is built per message: a long rollout resends hundreds of them
+//! every turn.
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// One entry of `messages`, as sent.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct WireMessage {
+    /// `false` when the entry is not a JSON object (then every field is empty).
+    pub is_object: bool,
+    pub role: Option<Value>,
+    pub content: Option<Value>,
+    pub tool_calls: Option<Value>,
+    /// Every other field, in the order sent.
+    pub extra: Map<String, Value>,
+}
+
+impl WireMessage {
+    fn set(&mut self, field: Field, value: Value) {
+        match field {
+            Field::Role => self.role = Some(value),
+            Field::Content => self.content = Some(value),
+            Field::ToolCalls => self.tool_calls = Some(value),
+            Field::Other(key) => {
+                self.extra.insert(key, value);
+            }
+        }
+    }
+}
+
+/// A message's key; only the others are allocated.
+enum Field {
+    Role,
+    Content,
+    ToolCalls,
+    Other(String),
+}
+
+impl From<&str> for Field {
+    fn from(key: &str) -> Self {
+        match key {
+            "role" => Self::Role,
+            "content" => Self::Content,
+            "tool_calls" => Self::ToolCalls,
+            other => Self::Other(other.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl Visitor<'_> for FieldVisitor {
+            type Value = Field;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Field, E> {
+                Ok(Field::from(key))
+            }
+        }
+        deserializer.deserialize_identifier(FieldVisitor)
+    }
+}
+
+impl From<Value> for WireMessage {
+    fn from(value: Value) -> Self {
+        let Value::Object(object) = value else {
+            return Self::default();
+        };
+        let mut message = Self {
+            is_object: true,
+            ..Self::default()
+        };
+        for (key, value) in object {
+            message.set(Field::from(key.as_str()), value);
+        }
+        message
+    }
+}
+
+impl<'de> Deserialize<'de> for WireMessage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = WireMessage;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a chat message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WireMessage, A::Error> {
+        let mut message = WireMessage {
+            is_object: true,
+            ..WireMessage::default()
+        };
+        while let Some(field) = map.next_key::<Field>()? {
+            let value = map.next_value::<Value>()?;
+            message.set(field, value);
+        }
+        Ok(message)
+    }
+
+    // Anything else is kept as "not an object", for validation to reject with its index.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WireMessage, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(WireMessage::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+
+    fn visit_none<E>(self) -> Result<WireMessage, E> {
+        Ok(WireMessage::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parsed_and_converted_messages_agree() {
+        let text = r#"[{"role": "tool", "tool_call_id": "c1", "content": "x\"y", "name": "f"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c2"}]},
+            "text", 5, [1, [2]], null, {}]"#;
+        let parsed: Vec<WireMessage> = serde_json::from_str(text).unwrap();
+        let values: Vec<Value> = serde_json::from_str(text).unwrap();
+        let converted: Vec<WireMessage> = values.into_iter().map(WireMessage::from).collect();
+        assert_eq!(parsed, converted);
+        assert_eq!(parsed[0].content, Some(json!("x\"y")));
+        assert_eq!(
+            parsed[0].extra.keys().collect::<Vec<_>>(),
+            ["tool_call_id", "name"]
+        );
+        assert_eq!(parsed[1].content, Some(Value::Null));
+        assert!(parsed[2..6].iter().all(|m| !m.is_object));
+        assert!(parsed[6].is_object && parsed[6].role.is_none());
+    }
+}
