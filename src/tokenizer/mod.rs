@@ -14,6 +14,7 @@ pub use gguf::GgufVocab;
 use byte_level::ByteLevelDecoder;
 use fast::FastEncoder;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// Errors from loading a tokenizer or encoding text.
 #[derive(Debug, thiserror::Error)]
@@ -29,20 +30,21 @@ pub struct Tokenizer {
     vocab: Vocab,
     /// Special tokens by id (the Hugging Face library rebuilds its map on every query).
     special: std::collections::HashMap<u32, String>,
-    /// The same `tokenizer.json` without its normalizer, when that is a Unicode normal form
-    /// (NFC for Qwen3): ASCII text is already in every normal form, and normalizing with offset
-    /// tracking is about half the cost of encoding it.
-    without_normalizer: Option<Box<tokenizers::Tokenizer>>,
     /// The fast road, when the tokenizer's pipeline is one it handles.
     fast: Option<FastEncoder>,
-    /// Token bytes by id, when the vocabulary is byte-level.
-    byte_level: Option<ByteLevelDecoder>,
+    /// Otherwise, the same `tokenizer.json` without its normalizer when that is a Unicode
+    /// normal form: ASCII text is already in every normal form, and normalizing with offset
+    /// tracking is about half the cost of encoding it.
+    without_normalizer: Option<Box<tokenizers::Tokenizer>>,
+    /// Token bytes by id, for a byte-level vocabulary; built beside start-up (the library
+    /// decodes until it is there).
+    byte_level: Arc<OnceLock<ByteLevelDecoder>>,
 }
 
 /// Where the vocabulary comes from.
 enum Vocab {
     /// A Hugging Face `tokenizer.json`.
-    HuggingFace(Box<tokenizers::Tokenizer>),
+    HuggingFace(Arc<tokenizers::Tokenizer>),
     /// A GGUF model's own vocabulary, through llama.cpp.
     Gguf(GgufVocab),
 }
@@ -84,18 +86,26 @@ impl Tokenizer {
             .filter(|(_, token)| token.special)
             .map(|(id, token)| (id, token.content))
             .collect();
+        let fast = FastEncoder::for_tokenizer(&inner);
         let without_normalizer = match inner.get_normalizer() {
-            Some(N::NFC(_) | N::NFD(_) | N::NFKC(_) | N::NFKD(_)) => {
+            Some(N::NFC(_) | N::NFD(_) | N::NFKC(_) | N::NFKD(_)) if fast.is_none() => {
                 let mut plain = inner.clone();
                 let removed = plain.with_normalizer(None::<N>).is_ok();
                 removed.then(|| Box::new(plain))
             }
             _ => None,
         };
-        let fast = FastEncoder::for_tokenizer(&inner);
-        let byte_level = ByteLevelDecoder::for_tokenizer(&inner);
+        let inner = Arc::new(inner);
+        let byte_level = Arc::new(OnceLock::new());
+        // Reading the whole vocabulary through the library takes tens of milliseconds.
+        let (vocabulary, table) = (inner.clone(), byte_level.clone());
+        std::thread::spawn(move || {
+            if let Some(decoder) = ByteLevelDecoder::for_tokenizer(&vocabulary) {
+                let _ = table.set(decoder);
+            }
+        });
         Self {
-            vocab: Vocab::HuggingFace(Box::new(inner)),
+            vocab: Vocab::HuggingFace(inner),
             special,
             without_normalizer,
             fast,
@@ -110,7 +120,7 @@ impl Tokenizer {
             vocab: Vocab::Gguf(vocab),
             without_normalizer: None,
             fast: None,
-            byte_level: None,
+            byte_level: Default::default(),
         }
     }
 
@@ -142,7 +152,7 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens kept.
     pub fn decode(&self, ids: &[u32]) -> String {
-        if let Some(table) = &self.byte_level {
+        if let Some(table) = self.byte_level.get() {
             return table.decode(ids.iter().copied());
         }
         match &self.vocab {
@@ -154,7 +164,7 @@ impl Tokenizer {
     /// The text of `ids` as a reply shows it: special tokens (EOS, `<|im_end|>`) left out,
     /// except those in `shown` (see [`Tokenizer::special_ids`]).
     pub fn decode_visible(&self, ids: &[u32], shown: &[u32]) -> String {
-        if let Some(table) = &self.byte_level {
+        if let Some(table) = self.byte_level.get() {
             return table.decode(ids.iter().copied().filter(|id| self.is_shown(*id, shown)));
         }
         if let (Vocab::HuggingFace(inner), true) = (&self.vocab, shown.is_empty()) {
@@ -339,6 +349,30 @@ mod tests {
         assert_eq!(tokenizer.encode("a a").unwrap(), vec![0, 0]);
         // A decomposed é is still composed before lookup.
         assert_eq!(tokenizer.encode("a e\u{301}").unwrap(), vec![0, 1]);
+    }
+
+    #[test]
+    fn byte_level_vocabularies_get_their_table_beside_start_up() {
+        let inner = fixture_tokenizer("qwen3");
+        let tokenizer = Tokenizer::from_tokenizer(inner.clone());
+        assert!(tokenizer.fast.is_some() && tokenizer.without_normalizer.is_none());
+        let text = "<|im_start|>user\nZ\u{fc}rich?<|im_end|>\n";
+        let ids = tokenizer.encode(text).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while tokenizer.byte_level.get().is_none() {
+            assert!(std::time::Instant::now() < deadline, "table never built");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(tokenizer.decode(&ids), text);
+        let im_end = tokenizer.token_id("<|im_end|>").unwrap();
+        assert_eq!(
+            tokenizer.decode_visible(&ids, &[]),
+            inner.decode(&ids, true).unwrap()
+        );
+        assert_eq!(
+            tokenizer.decode_visible(&ids, &[im_end]),
+            "user\nZ\u{fc}rich?<|im_end|>\n"
+        );
     }
 
     #[test]
