@@ -8,9 +8,10 @@
 //! pattern's alternatives reduce to a short scanner. The pieces then go to the tokenizer's own
 //! BPE model, so merges and their cache are the library's.
 //!
-//! Text with other characters is cut into lines where the pattern always splits (after a
-//! newline, before an ASCII character that is not a space: no alternative crosses a newline
-//! into such a character, and normalization cannot join across it); ASCII lines take the fast
+//! Text with other characters is cut where the pattern always splits: after a newline, or
+//! before a space that follows a non-space, when an ASCII character other than a space comes
+//! next (no alternative runs from a newline into such a character, none takes a space after
+//! a non-space, and normalization cannot join across either cut). ASCII chunks take the fast
 //! road, the others the library's. A tokenizer whose pipeline is anything else (another
 //! pattern or normalizer, added tokens with strip or word options) keeps the library's road,
 //! and one is only given this road after both agree on a probe text.
@@ -108,7 +109,7 @@ impl FastEncoder {
         self.encode_between_added(tokenizer, &text[start..], &mut word, ids)
     }
 
-    /// Text without added tokens: ASCII lines here, the others through the library.
+    /// Text without added tokens: ASCII chunks here, the others through the library.
     fn encode_between_added(
         &self,
         tokenizer: &tokenizers::Tokenizer,
@@ -120,11 +121,11 @@ impl FastEncoder {
         if text.is_ascii() {
             return self.encode_words(model, text.as_bytes(), word, ids);
         }
-        for line in split_lines(text) {
-            if line.is_ascii() {
-                self.encode_words(model, line.as_bytes(), word, ids)?;
+        for chunk in split_chunks(text) {
+            if chunk.is_ascii() {
+                self.encode_words(model, chunk.as_bytes(), word, ids)?;
             } else {
-                ids.extend_from_slice(tokenizer.encode_fast(line, false)?.get_ids());
+                ids.extend_from_slice(tokenizer.encode_fast(chunk, false)?.get_ids());
             }
         }
         Ok(())
@@ -159,17 +160,22 @@ impl FastEncoder {
     }
 }
 
-/// `text` cut after each newline that an ASCII character other than a space follows.
-fn split_lines(text: &str) -> impl Iterator<Item = &str> {
+/// `text` cut where the pattern always splits and normalization cannot join: after a newline
+/// or before a space that follows a non-space, when an ASCII character other than a space
+/// comes next.
+fn split_chunks(text: &str) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
     let mut start = 0;
-    let cuts = (1..bytes.len())
-        .filter(|&i| bytes[i - 1] == b'\n' && bytes[i].is_ascii() && !is_space(bytes[i]))
+    let cuts = (1..bytes.len().saturating_sub(1))
+        .filter(|&i| match bytes[i] {
+            b' ' => !is_space(bytes[i - 1]) && bytes[i + 1].is_ascii() && !is_space(bytes[i + 1]),
+            _ => bytes[i - 1] == b'\n' && bytes[i].is_ascii() && !is_space(bytes[i]),
+        })
         .chain([bytes.len()]);
     cuts.map(move |end| {
-        let line = &text[start..end];
+        let chunk = &text[start..end];
         start = end;
-        line
+        chunk
     })
 }
 
@@ -314,6 +320,19 @@ mod tests {
             "<|eot_id|>",
             "<|start_header_id|>",
             "<|im_st",
+            "\u{e9}",
+            "e\u{301}",
+            "Z\u{fc}rich",
+            " S\u{e3}o",
+            "\u{65e5}\u{672c}",
+            "\u{1f642}",
+            "\u{a0}",
+            "\u{2028}",
+            "\n\u{fc}",
+            "\u{3000}x",
+            "\u{301}",
+            " \u{308}a",
+            "\u{b0}C",
         ];
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut text = String::new();
