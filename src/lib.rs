@@ -4,6 +4,7 @@ pub mod chat;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod json_numbers;
 pub mod memory;
 pub mod reasoning;
 pub mod session;

@@ -2,6 +2,7 @@
 //! and server-sent-event parsing.
 
 use super::{BackendError, EventStream, StreamEvent};
+use crate::json_numbers::NumberArray;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -33,16 +34,17 @@ impl JsonBody for Value {
 }
 
 impl JsonBody for IdsBody<'_> {
-    /// One buffer sized up front, ids written by [`push_ids`]: a 70k-token prompt is written
-    /// every turn, and through serde it cost several times more.
+    /// One buffer sized up front, ids written by [`NumberArray`]: a 70k-token prompt is
+    /// written every turn.
     fn to_json(&self) -> Vec<u8> {
         let rest = self.rest.to_string();
         let mut out = Vec::with_capacity(self.key.len() + 8 * self.ids.len() + rest.len() + 8);
         out.extend_from_slice(b"{\"");
         out.extend_from_slice(self.key.as_bytes());
-        out.extend_from_slice(b"\":[");
-        push_ids(&mut out, self.ids);
-        out.push(b']');
+        out.extend_from_slice(b"\":");
+        let mut array = NumberArray::new(&mut out);
+        self.ids.iter().for_each(|&id| array.id(id));
+        array.finish();
         match rest.strip_prefix('{').filter(|r| *r != "}") {
             Some(fields) => {
                 out.push(b',');
@@ -51,70 +53,6 @@ impl JsonBody for IdsBody<'_> {
             None => out.push(b'}'),
         }
         out
-    }
-}
-
-/// Two decimal digits for each value below 100.
-const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
-/// Appends `ids` in decimal, comma-separated. Digits go into a small stack buffer flushed
-/// every few hundred bytes: one tiny copy per id into the output was most of the cost.
-fn push_ids(out: &mut Vec<u8>, ids: &[u32]) {
-    const ID_MAX: usize = 11; // ten digits and a comma
-    let mut chunk = [0u8; 1024];
-    let mut at = 0;
-    for (i, &id) in ids.iter().enumerate() {
-        if at + ID_MAX > chunk.len() {
-            out.extend_from_slice(&chunk[..at]);
-            at = 0;
-        }
-        if i > 0 {
-            chunk[at] = b',';
-            at += 1;
-        }
-        let len = decimal_len(id);
-        write_decimal(&mut chunk[at..at + len], id);
-        at += len;
-    }
-    out.extend_from_slice(&chunk[..at]);
-}
-
-/// Digits of `n`; token ids are mostly five or six digits, so the branches predict well.
-fn decimal_len(n: u32) -> usize {
-    match n {
-        0..=9 => 1,
-        10..=99 => 2,
-        100..=999 => 3,
-        1_000..=9_999 => 4,
-        10_000..=99_999 => 5,
-        100_000..=999_999 => 6,
-        1_000_000..=9_999_999 => 7,
-        10_000_000..=99_999_999 => 8,
-        100_000_000..=999_999_999 => 9,
-        _ => 10,
-    }
-}
-
-/// Writes `n` into `digits`, which is exactly as long as its decimal form.
-fn write_decimal(digits: &mut [u8], mut n: u32) {
-    let mut end = digits.len();
-    while n >= 100 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
-        digits[end - 2] = DIGIT_PAIRS[pair];
-        digits[end - 1] = DIGIT_PAIRS[pair + 1];
-        end -= 2;
-    }
-    if n >= 10 {
-        let pair = n as usize * 2;
-        digits[end - 2] = DIGIT_PAIRS[pair];
-        digits[end - 1] = DIGIT_PAIRS[pair + 1];
-    } else {
-        digits[end - 1] = b'0' + n as u8;
     }
 }
 

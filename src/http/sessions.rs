@@ -2,6 +2,7 @@
 
 use super::body::read_json;
 use super::{ApiError, AppState};
+use crate::json_numbers::NumberArray;
 use crate::session::{HistoryMode, Node, SessionOptions};
 use crate::tools::{PARSER_NAMES, parser_for};
 use actix_web::{HttpResponse, web};
@@ -99,55 +100,68 @@ pub async fn nodes(
 ) -> Result<HttpResponse, ApiError> {
     let session = state.session(&path.into_inner())?;
     let guard = session.state.lock().await;
-    let nodes: Vec<_> = guard
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(index, node)| NodeView::new(&state, index, node))
-        .collect();
-    // Written straight from the node's arrays: no JSON value per token.
-    let body = serde_json::to_vec(&NodesView { nodes }).map_err(|e| {
-        ApiError::new(
-            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            e.to_string(),
-        )
-    })?;
+    let mut body = Vec::with_capacity(guard.nodes.iter().map(|n| 24 * n.len() + 512).sum());
+    body.extend_from_slice(b"{\"nodes\":[");
+    for (index, node) in guard.nodes.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        write_node(&mut body, &state, index, node).map_err(|e| {
+            ApiError::new(
+                actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                e.to_string(),
+            )
+        })?;
+    }
+    body.extend_from_slice(b"]}");
     Ok(super::response::json_response(body))
 }
 
-#[derive(serde::Serialize)]
-struct NodesView {
-    nodes: Vec<NodeView>,
-}
-
-/// A node as trainers receive it.
-#[derive(serde::Serialize)]
-struct NodeView {
-    full_text: String,
-    tokens: Vec<u32>,
-    masked_tokens: Vec<i64>,
-    /// As f64, so each value prints as the f64 nearest the stored f32 (as before).
-    logprobs: Vec<f64>,
-    metadata: serde_json::Value,
-}
-
-impl NodeView {
-    fn new(state: &AppState, index: usize, node: &Node) -> Self {
-        let tokens = node.tokens();
-        Self {
-            full_text: state.turn.tokenizer.decode(&tokens),
-            tokens,
-            masked_tokens: node.masked_tokens(),
-            logprobs: node.logprobs().into_iter().map(f64::from).collect(),
-            metadata: json!({
-                "node_index": index,
-                "num_turns": node.turns.len(),
-                "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
-                "turns": node.turns,
-                "divergence": node.divergence,
-                "parent": node.parent,
-            }),
+/// A node as trainers receive it: `full_text`, `tokens`, `masked_tokens` (-100 where the model
+/// did not sample), `logprobs` (1.0 there; sampled ones as the f64 nearest the stored f32) and
+/// `metadata`. The arrays are written straight from the node.
+fn write_node(
+    out: &mut Vec<u8>,
+    state: &AppState,
+    index: usize,
+    node: &Node,
+) -> serde_json::Result<()> {
+    let tokens = node.tokens();
+    out.extend_from_slice(b"{\"full_text\":");
+    serde_json::to_writer(&mut *out, &state.turn.tokenizer.decode(&tokens))?;
+    out.extend_from_slice(b",\"tokens\":");
+    let mut array = NumberArray::new(out);
+    tokens.iter().for_each(|&id| array.id(id));
+    array.finish();
+    out.extend_from_slice(b",\"masked_tokens\":");
+    let mut array = NumberArray::new(out);
+    for (id, sampled) in node.positions() {
+        match sampled {
+            Some(_) => array.id(id),
+            None => array.literal(b"-100"),
         }
     }
+    array.finish();
+    out.extend_from_slice(b",\"logprobs\":");
+    let mut array = NumberArray::new(out);
+    for (_, sampled) in node.positions() {
+        match sampled {
+            Some(logprob) => array.float(f64::from(logprob)),
+            None => array.literal(b"1.0"),
+        }
+    }
+    array.finish();
+    out.extend_from_slice(b",\"metadata\":");
+    let metadata = json!({
+        "node_index": index,
+        "num_turns": node.turns.len(),
+        "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
+        "turns": node.turns,
+        "divergence": node.divergence,
+        "parent": node.parent,
+    });
+    serde_json::to_writer(&mut *out, &metadata)?;
+    out.push(b'}');
+    Ok(())
 }

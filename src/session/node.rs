@@ -148,28 +148,16 @@ impl Node {
             .copy_into(span.start as usize..span.end as usize, out);
     }
 
-    /// `masked_tokens`: the id where sampled, -100 elsewhere.
-    pub fn masked_tokens(&self) -> Vec<i64> {
-        let mut out = vec![-100i64; self.tokens.len()];
-        for span in &self.sampled {
-            let range = span.start as usize..span.end as usize;
-            for (slot, id) in out[range].iter_mut().zip(self.slice(*span)) {
-                *slot = i64::from(id);
-            }
-        }
-        out
-    }
-
-    /// `logprobs`: the backend's value where sampled, 1.0 elsewhere.
-    pub fn logprobs(&self) -> Vec<f32> {
-        let mut out = vec![1.0f32; self.tokens.len()];
-        let mut values = self.sampled_logprobs.iter();
-        for span in &self.sampled {
-            for slot in &mut out[span.start as usize..span.end as usize] {
-                *slot = *values.next().expect("one logprob per sampled token");
-            }
-        }
-        out
+    /// Each position's id, with the backend's logprob where the model sampled it (`None`
+    /// where it did not: masked, logprob 1.0 for trainers).
+    pub fn positions(&self) -> impl Iterator<Item = (u32, Option<f32>)> + '_ {
+        let mut spans = self.sampled.iter().peekable();
+        let mut logprobs = self.sampled_logprobs.iter().copied();
+        self.tokens().into_iter().enumerate().map(move |(at, id)| {
+            while spans.next_if(|span| span.end as usize <= at).is_some() {}
+            let sampled = spans.peek().is_some_and(|span| span.start as usize <= at);
+            (id, if sampled { logprobs.next() } else { None })
+        })
     }
 }
 
@@ -185,8 +173,19 @@ mod tests {
         node.push_prompt(&[6]);
         node.push_sampled(&[7], &[-1.0]);
         assert_eq!(node.tokens(), vec![1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(node.masked_tokens(), vec![-100, -100, -100, 4, 5, -100, 7]);
-        assert_eq!(node.logprobs(), vec![1.0, 1.0, 1.0, -0.5, -0.25, 1.0, -1.0]);
+        let positions: Vec<_> = node.positions().collect();
+        assert_eq!(
+            positions,
+            [
+                (1, None),
+                (2, None),
+                (3, None),
+                (4, Some(-0.5)),
+                (5, Some(-0.25)),
+                (6, None),
+                (7, Some(-1.0))
+            ]
+        );
         assert_eq!(node.slice(node.sampled_spans()[0]), vec![4, 5]);
     }
 }
