@@ -311,21 +311,8 @@ mod tests {
 
     #[test]
     fn ids_bodies_are_the_json_serde_would_write() {
-        let ids = [
-            0,
-            7,
-            9,
-            10,
-            42,
-            99,
-            100,
-            101,
-            999,
-            1000,
-            65_535,
-            151_643,
-            u32::MAX,
-        ];
+        // The numbers themselves are json_numbers' tests; this is the body around them.
+        let ids = [0, 42, 151_643];
         let rest = json!({"sampling_params": {"max_new_tokens": 8}, "stream": true});
         let body = IdsBody::new("input_ids", &ids, rest);
         let parsed: Value = serde_json::from_slice(&body.to_json()).unwrap();
@@ -335,7 +322,7 @@ mod tests {
         );
         assert!(
             body.to_json()
-                .starts_with(b"{\"input_ids\":[0,7,9,10,42,99,100,101,999,1000,")
+                .starts_with(b"{\"input_ids\":[0,42,151643],\"sampling_params\"")
         );
         for (ids, rest) in [(&[][..], json!({})), (&[5][..], json!({"n": 1}))] {
             let parsed: Value =
