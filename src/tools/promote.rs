@@ -11,35 +11,35 @@ use std::collections::HashMap;
 /// The promotion rules of one request.
 #[derive(Debug, Clone, Default)]
 pub struct Promoter {
-    /// Callable tool name → its parameters schema.
-    schemas: HashMap<String, Value>,
+    /// Callable tool name → the key a bare string argument heals to (its schema's single
+    /// required string property), if any. Built per request, so schemas are not copied.
+    callable: HashMap<String, Option<String>>,
     heal: bool,
 }
 
 impl Promoter {
     /// Rules for the `tools` declared in a request, of which `callable` may be called.
     pub fn new(tools: Option<&Value>, callable: &[String], heal: bool) -> Self {
-        let schemas = tools
+        let callable = tools
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|tool| {
                 let name = tool.pointer("/function/name")?.as_str()?;
                 callable.iter().any(|c| c == name).then(|| {
-                    let schema = tool
+                    let key = tool
                         .pointer("/function/parameters")
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    (name.to_string(), schema)
+                        .and_then(single_required_string);
+                    (name.to_string(), key.map(str::to_string))
                 })
             })
             .collect();
-        Self { schemas, heal }
+        Self { callable, heal }
     }
 
     /// Whether any call can be promoted at all.
     pub fn is_active(&self) -> bool {
-        !self.schemas.is_empty()
+        !self.callable.is_empty()
     }
 
     /// Whether incomplete or loosely formed calls are healed.
@@ -50,7 +50,7 @@ impl Promoter {
     /// The arguments (JSON object text) for a call to `name` written with `raw` arguments, or
     /// `None` to leave the call as text.
     pub fn arguments(&self, name: &str, raw: &str) -> Option<String> {
-        let schema = self.schemas.get(name)?;
+        let string_key = self.callable.get(name)?;
         let raw = raw.trim();
         if raw.starts_with('{') {
             return serde_json::from_str::<serde_json::Map<String, Value>>(raw)
@@ -66,7 +66,7 @@ impl Promoter {
         if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&text) {
             return Some(Value::Object(object).to_string());
         }
-        let key = single_required_string(schema)?;
+        let key = string_key.as_deref()?;
         Some(serde_json::json!({ key: text }).to_string())
     }
 }
