@@ -130,15 +130,13 @@ impl Tokenizer {
             return Ok(Vec::new());
         }
         let error = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
-        match &self.vocab {
-            Vocab::HuggingFace(inner) if self.fast.is_some() => {
+        match (&self.vocab, &self.fast) {
+            (Vocab::HuggingFace(inner), Some(fast)) => {
                 let mut ids = Vec::with_capacity(text.len() / 3);
-                if let Some(fast) = &self.fast {
-                    fast.encode(inner, text, &mut ids).map_err(error)?;
-                }
+                fast.encode(inner, text, &mut ids).map_err(error)?;
                 Ok(ids)
             }
-            Vocab::HuggingFace(inner) => self
+            (Vocab::HuggingFace(inner), None) => self
                 .without_normalizer
                 .as_deref()
                 .filter(|_| text.is_ascii())
@@ -146,7 +144,7 @@ impl Tokenizer {
                 .encode_fast(text, false)
                 .map(|encoding| encoding.get_ids().to_vec())
                 .map_err(error),
-            Vocab::Gguf(vocab) => Ok(vocab.encode(text)),
+            (Vocab::Gguf(vocab), _) => Ok(vocab.encode(text)),
         }
     }
 
