@@ -136,7 +136,7 @@ fn write_node(
     array.finish();
     out.extend_from_slice(b",\"masked_tokens\":");
     let mut array = NumberArray::new(out);
-    for (id, sampled) in node.positions() {
+    for (&id, sampled) in tokens.iter().zip(node.position_logprobs()) {
         match sampled {
             Some(_) => array.id(id),
             None => array.literal(b"-100"),
@@ -145,7 +145,7 @@ fn write_node(
     array.finish();
     out.extend_from_slice(b",\"logprobs\":");
     let mut array = NumberArray::new(out);
-    for (_, sampled) in node.positions() {
+    for sampled in node.position_logprobs() {
         match sampled {
             Some(logprob) => array.float(f64::from(logprob)),
             None => array.literal(b"1.0"),

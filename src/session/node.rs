@@ -148,15 +148,15 @@ impl Node {
             .copy_into(span.start as usize..span.end as usize, out);
     }
 
-    /// Each position's id, with the backend's logprob where the model sampled it (`None`
-    /// where it did not: masked, logprob 1.0 for trainers).
-    pub fn positions(&self) -> impl Iterator<Item = (u32, Option<f32>)> + '_ {
+    /// For each position, the backend's logprob where the model sampled it, `None` where it
+    /// did not (masked, logprob 1.0 for trainers). Zip with [`Node::tokens`] for the ids.
+    pub fn position_logprobs(&self) -> impl Iterator<Item = Option<f32>> + '_ {
         let mut spans = self.sampled.iter().peekable();
         let mut logprobs = self.sampled_logprobs.iter().copied();
-        self.tokens().into_iter().enumerate().map(move |(at, id)| {
+        (0..self.tokens.len()).map(move |at| {
             while spans.next_if(|span| span.end as usize <= at).is_some() {}
             let sampled = spans.peek().is_some_and(|span| span.start as usize <= at);
-            (id, if sampled { logprobs.next() } else { None })
+            if sampled { logprobs.next() } else { None }
         })
     }
 }
@@ -173,7 +173,11 @@ mod tests {
         node.push_prompt(&[6]);
         node.push_sampled(&[7], &[-1.0]);
         assert_eq!(node.tokens(), vec![1, 2, 3, 4, 5, 6, 7]);
-        let positions: Vec<_> = node.positions().collect();
+        let positions: Vec<_> = node
+            .tokens()
+            .into_iter()
+            .zip(node.position_logprobs())
+            .collect();
         assert_eq!(
             positions,
             [
