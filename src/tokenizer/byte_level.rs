@@ -5,15 +5,31 @@
 use tokenizers::DecoderWrapper;
 
 /// GPT-2's byte-to-character map: printable Latin-1 bytes stand for themselves, the others
-/// take the characters from U+0100 on, in byte order.
+/// take the characters from U+0100 on, in byte order. A table, as the tokenizer's fast road
+/// maps every byte of new text through it.
 pub(super) fn byte_char(byte: u8) -> char {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    if printable(byte) {
-        return char::from(byte);
-    }
-    let rank = (0..byte).filter(|&b| !printable(b)).count() as u32;
-    char::from_u32(0x100 + rank).unwrap_or_default()
+    BYTE_CHARS[byte as usize]
 }
+
+const BYTE_CHARS: [char; 256] = {
+    let mut table = ['\0'; 256];
+    let mut next_unprintable = 0x100;
+    let mut byte = 0;
+    while byte < 256 {
+        let printable = matches!(byte, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+        table[byte] = if printable {
+            byte as u8 as char
+        } else {
+            next_unprintable += 1;
+            match char::from_u32(next_unprintable - 1) {
+                Some(c) => c,
+                None => '\0',
+            }
+        };
+        byte += 1;
+    }
+    table
+};
 
 /// The byte a byte-level character stands for.
 fn char_byte(character: char) -> Option<u8> {
