@@ -1,9 +1,15 @@
-//! Per-turn pipeline cost (render + tokenize + extend) at growing history sizes, on the real
-//! Qwen3 tokenizer and template. Needs `scripts/fetch-fixtures.sh`.
+//! Per-turn pipeline cost at growing history sizes, on the real Qwen3 tokenizer and template
+//! (needs `scripts/fetch-fixtures.sh`):
+//!
+//! - `prepare_turn`: render, match, split, tokenize, extend;
+//! - `request_to_backend_body`: the same from the request's JSON bytes to the backend's
+//!   `input_ids` JSON, i.e. everything a turn costs in proportion to its history except the
+//!   sockets (`cargo bench --bench load` measures those too, but a separate process is noisier).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rollout_proxy::backend::{FinishReason, Generation};
 use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::json_numbers::NumberArray;
 use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
@@ -93,5 +99,29 @@ fn bench_turn(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_turn);
+fn bench_pipeline(c: &mut Criterion) {
+    let ctx = context();
+    let mut group = c.benchmark_group("request_to_backend_body");
+    for target in [1_000usize, 32_000] {
+        let (state, messages) = session_with_history(&ctx, target);
+        let body = serde_json::to_vec(&json!({"messages": messages, "max_tokens": 256})).unwrap();
+        let id = format!("{}_tokens", state.nodes[0].len());
+        group.bench_with_input(BenchmarkId::from_parameter(id), &body, |b, body| {
+            b.iter(|| {
+                let parsed: ChatCompletionBody = serde_json::from_slice(body).unwrap();
+                let req = ChatRequest::from_body(parsed, Some(256)).unwrap();
+                let plan =
+                    prepare(&ctx, &state, &req, HistoryMode::Sampled, &HermesParser).unwrap();
+                let mut out = Vec::with_capacity(8 * plan.prompt_ids.len());
+                let mut ids = NumberArray::new(&mut out);
+                ids.ids(&plan.prompt_ids);
+                ids.finish();
+                out
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_turn, bench_pipeline);
 criterion_main!(benches);

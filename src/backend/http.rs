@@ -43,7 +43,7 @@ impl JsonBody for IdsBody<'_> {
         out.extend_from_slice(self.key.as_bytes());
         out.extend_from_slice(b"\":");
         let mut array = NumberArray::new(&mut out);
-        self.ids.iter().for_each(|&id| array.id(id));
+        array.ids(self.ids);
         array.finish();
         match rest.strip_prefix('{').filter(|r| *r != "}") {
             Some(fields) => {

@@ -132,7 +132,7 @@ fn write_node(
     serde_json::to_writer(&mut *out, &state.turn.tokenizer.decode(&tokens))?;
     out.extend_from_slice(b",\"tokens\":");
     let mut array = NumberArray::new(out);
-    tokens.iter().for_each(|&id| array.id(id));
+    array.ids(&tokens);
     array.finish();
     out.extend_from_slice(b",\"masked_tokens\":");
     let mut array = NumberArray::new(out);

@@ -29,9 +29,10 @@ pub struct CompletionRecord {
     pub tool_calls: Vec<IssuedToolCall>,
 }
 
-/// Fingerprint of an assistant message: its text and the ids of its tool calls.
+/// Fingerprint of an assistant message: its text and the ids of its tool calls. Every turn
+/// fingerprints every assistant message it is sent, so this is XXH3 like [`text_hash`].
 pub fn message_fingerprint<'a>(content: &str, tool_call_ids: impl Iterator<Item = &'a str>) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
     content.hash(&mut hasher);
     for id in tool_call_ids {
         id.hash(&mut hasher);
@@ -41,7 +42,7 @@ pub fn message_fingerprint<'a>(content: &str, tool_call_ids: impl Iterator<Item 
 
 /// Hash of a tool call's name and arguments, independent of JSON formatting and key order.
 pub fn tool_call_hash(name: &str, arguments: &serde_json::Value) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
     name.hash(&mut hasher);
     hash_json(arguments, &mut hasher);
     hasher.finish()

@@ -9,9 +9,10 @@ pub mod pyjson;
 pub mod source;
 
 use minijinja::Environment;
-use minijinja::value::{Serde, Value};
+use minijinja::value::{Enumerator, Object, Serde, Value};
 use std::collections::BTreeMap;
 use std::error::Error as _;
+use std::sync::Arc;
 
 pub use minijinja::Value as TemplateValue;
 pub use source::{TemplateSpec, load_template, template_with_source};
@@ -131,13 +132,46 @@ impl ChatTemplate {
     }
 }
 
-/// A map for the template (a message), keys in the given order as a JSON object keeps them.
+/// A map for the template (a message), keys in the given order as a JSON object keeps them (a
+/// repeated key keeps its first place and takes the last value).
 pub fn template_map<'a>(fields: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
-    let map: indexmap::IndexMap<Value, Value> = fields
-        .into_iter()
-        .map(|(key, value)| (Value::from(key), value))
-        .collect();
-    Value::from(map)
+    let mut entries: Vec<(Value, Value)> = Vec::new();
+    for (key, value) in fields {
+        match entries.iter_mut().find(|(k, _)| k.as_str() == Some(key)) {
+            Some(entry) => entry.1 = value,
+            None => entries.push((Value::from(key), value)),
+        }
+    }
+    Value::from_object(FieldMap(entries))
+}
+
+/// A message's fields, found by a scan: a message has a handful, and a turn builds one map per
+/// message of the conversation, where a hash map's hashing cost more than its lookups saved.
+#[derive(Debug)]
+struct FieldMap(Vec<(Value, Value)>);
+
+impl Object for FieldMap {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v.clone())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Values(self.0.iter().map(|(k, _)| k.clone()).collect())
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.0.len())
+    }
 }
 
 /// A JSON value as the template engine holds it.

@@ -95,7 +95,7 @@ pub fn prepare(
             Some(match completion {
                 Some(_) => {
                     *placeholder += 1;
-                    assistant_value(&ctx.placeholders.marker(*placeholder - 1))
+                    ctx.placeholders.message(*placeholder - 1)
                 }
                 None => unsampled_message(ctx, message, parser),
             })

@@ -4,45 +4,91 @@
 
 use crate::session::SegmentCheck;
 use crate::session::completion::text_hash;
-use std::sync::Arc;
+use crate::template::{TemplateValue, template_map};
+use std::sync::{Arc, RwLock};
+
+/// Around a placeholder's nonce and index: private-use characters.
+const MARKER_START: char = '\u{E000}';
+const MARKER_END: char = '\u{E001}';
 
 /// Makes and finds placeholders. The nonce makes a collision with real text practically
 /// impossible; private-use characters keep templates' string methods from touching it.
 #[derive(Debug, Clone)]
 pub struct Placeholders {
     nonce: String,
+    /// The assistant message for each placeholder index used so far: a long rollout puts one
+    /// in every turn's render for each of its sampled turns.
+    messages: Arc<RwLock<Vec<TemplateValue>>>,
 }
 
 impl Placeholders {
     pub fn new() -> Self {
         Self {
             nonce: uuid::Uuid::new_v4().simple().to_string(),
+            messages: Arc::default(),
         }
     }
 
     /// The marker for the `index`-th sampled turn of a render.
     pub fn marker(&self, index: usize) -> String {
-        format!("\u{E000}{}:{index}\u{E001}", self.nonce)
+        format!("{MARKER_START}{}:{index}{MARKER_END}", self.nonce)
     }
 
-    /// Splits `text` at markers `0..count`; `None` unless each appears exactly once, in order
-    /// (a template that drops or duplicates a turn cannot be extended token-exactly).
+    /// The assistant message (its content the marker) standing for the `index`-th sampled turn.
+    pub fn message(&self, index: usize) -> TemplateValue {
+        if let Some(message) = self
+            .messages
+            .read()
+            .ok()
+            .and_then(|m| m.get(index).cloned())
+        {
+            return message;
+        }
+        match self.messages.write() {
+            Ok(mut messages) => {
+                while messages.len() <= index {
+                    let next = self.build_message(messages.len());
+                    messages.push(next);
+                }
+                messages[index].clone()
+            }
+            Err(_) => self.build_message(index),
+        }
+    }
+
+    fn build_message(&self, index: usize) -> TemplateValue {
+        template_map([
+            ("role", TemplateValue::from("assistant")),
+            ("content", TemplateValue::from(self.marker(index))),
+        ])
+    }
+
+    /// Splits `text` at markers `0..count`; `None` unless each appears exactly once, in order,
+    /// and the nonce nowhere else (a template that drops, duplicates or alters a turn cannot be
+    /// extended token-exactly). One pass over the text, whatever `count` is.
     pub fn split<'t>(&self, text: &'t str, count: usize) -> Option<Vec<&'t str>> {
         let mut pieces = Vec::with_capacity(count + 1);
-        let mut rest = text;
-        for index in 0..count {
-            let marker = self.marker(index);
-            let at = rest.find(&marker)?;
-            pieces.push(&rest[..at]);
-            rest = &rest[at + marker.len()..];
+        let mut piece_start = 0;
+        for (index, (at, _)) in text.match_indices(self.nonce.as_str()).enumerate() {
+            let marker_start = at.checked_sub(MARKER_START.len_utf8())?;
+            let rest = &text[at + self.nonce.len()..];
+            let number = rest.strip_prefix(':')?;
+            let digits = number.bytes().take_while(u8::is_ascii_digit).count();
+            if index >= count
+                || (digits > 1 && number.starts_with('0'))
+                || !text[..at].ends_with(MARKER_START)
+                || number[..digits].parse::<usize>().ok()? != index
+                || !number[digits..].starts_with(MARKER_END)
+            {
+                return None;
+            }
+            pieces.push(&text[piece_start..marker_start]);
+            piece_start = text.len() - number.len() + digits + MARKER_END.len_utf8();
         }
-        if rest.contains(&format!("\u{E000}{}", self.nonce))
-            || pieces.iter().any(|p| p.contains(&self.nonce))
-        {
-            return None;
-        }
-        pieces.push(rest);
-        Some(pieces)
+        (pieces.len() == count).then(|| {
+            pieces.push(&text[piece_start..]);
+            pieces
+        })
     }
 }
 
@@ -109,6 +155,34 @@ mod tests {
         let swapped = format!("a{}b{}c", p.marker(1), p.marker(0));
         assert_eq!(p.split(&swapped, 2), None);
         assert_eq!(p.split("plain", 0), Some(vec!["plain"]));
+        assert_eq!(p.split(&text, 3), None, "a missing marker");
+        // The nonce anywhere but in the expected markers: the template altered a turn.
+        for altered in [
+            format!("a{}b{}c{}", p.marker(0), p.marker(1), p.nonce),
+            format!("a{}b{}c", p.marker(0), p.marker(1).replace('\u{E001}', "")),
+            format!("a{}b{}c", p.nonce, p.marker(1)),
+            format!("{}:0\u{E001}", p.nonce),
+            format!("a{}b{}c", p.marker(0), p.marker(1).replace(":1", ":01")),
+        ] {
+            assert_eq!(p.split(&altered, 2), None, "{altered:?}");
+        }
+        assert_eq!(p.split(&p.marker(0), 1), Some(vec!["", ""]));
+    }
+
+    #[test]
+    fn placeholder_messages_are_kept_per_index() {
+        let p = Placeholders::new();
+        let third = p.message(2);
+        assert_eq!(
+            third.get_attr("content").unwrap().as_str(),
+            Some(p.marker(2).as_str())
+        );
+        assert_eq!(
+            p.message(0).get_attr("role").unwrap().as_str(),
+            Some("assistant")
+        );
+        assert_eq!(p.message(2), third);
+        assert_eq!(p.messages.read().unwrap().len(), 3);
     }
 
     #[test]
