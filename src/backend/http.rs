@@ -3,6 +3,7 @@
 
 use super::{BackendError, EventStream, StreamEvent};
 use crate::json_numbers::NumberArray;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -95,13 +96,13 @@ impl JsonClient {
         }
     }
 
-    /// POSTs `body` to `{root}{path}` and returns the parsed JSON reply.
-    pub async fn post(
+    /// POSTs `body` to `{root}{path}` and returns the JSON reply parsed as `T`.
+    pub async fn post<T: DeserializeOwned>(
         &self,
         root: &str,
         path: &str,
         body: &impl JsonBody,
-    ) -> Result<Value, BackendError> {
+    ) -> Result<T, BackendError> {
         let request = self.json_post(root, path, body);
         self.json(self.send(request, self.timeout).await?).await
     }
@@ -168,7 +169,10 @@ impl JsonClient {
         })
     }
 
-    async fn json(&self, response: reqwest::Response) -> Result<Value, BackendError> {
+    async fn json<T: DeserializeOwned>(
+        &self,
+        response: reqwest::Response,
+    ) -> Result<T, BackendError> {
         let bytes = response
             .bytes()
             .await

@@ -77,7 +77,7 @@ impl LlamaCppBackend {
     ) -> Result<Option<Vec<Generation>>, BackendError> {
         let mut body = Self::body(request, false);
         body["n_cmpl"] = json!(request.n);
-        let reply = self.http.post(&self.root, "/completion", &body).await?;
+        let reply: Value = self.http.post(&self.root, "/completion", &body).await?;
         let Some(results) = reply.as_array().filter(|r| r.len() == request.n as usize) else {
             return Ok(None);
         };

@@ -99,7 +99,7 @@ impl Backend for OpenAiTextBackend {
     }
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
-        let reply = self
+        let reply: Value = self
             .http
             .post(&self.root, "/v1/completions", &self.body(request))
             .await?;

@@ -6,6 +6,9 @@ use super::{
     StreamEvent,
 };
 use async_trait::async_trait;
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -52,11 +55,11 @@ impl SglangBackend {
 
     fn parse_output(
         http: &JsonClient,
-        output: &Value,
+        output: Output,
         want_top: bool,
     ) -> Result<Generation, BackendError> {
-        let meta = &output["meta_info"];
-        let finish = &meta["finish_reason"];
+        let meta = output.meta_info;
+        let finish = meta.finish_reason.unwrap_or_default();
         let finish_reason = match finish["type"].as_str() {
             Some("length") => FinishReason::Length,
             Some("abort") => {
@@ -72,54 +75,116 @@ impl SglangBackend {
             Value::Number(n) => n.as_u64().map(|id| StopMatch::Token(id as u32)),
             _ => None,
         };
-        let pairs = meta["output_token_logprobs"]
-            .as_array()
+        let pairs = meta
+            .output_token_logprobs
             .ok_or_else(|| http.protocol("meta_info has no output_token_logprobs"))?;
         let mut token_ids = Vec::with_capacity(pairs.len());
         let mut logprobs = Vec::with_capacity(pairs.len());
         for pair in pairs {
-            let (Some(lp), Some(id)) = (pair[0].as_f64(), pair[1].as_u64()) else {
+            let (Some(lp), Some(id)) = (pair.logprob, pair.id) else {
                 return Err(http.protocol("output_token_logprobs entry is not [logprob, id, text]"));
             };
             logprobs.push(lp as f32);
             token_ids.push(id as u32);
         }
-        if let Some(ids) = output["output_ids"].as_array()
+        if let Some(ids) = output.output_ids
             && (ids.len() != token_ids.len()
-                || ids
-                    .iter()
-                    .zip(&token_ids)
-                    .any(|(a, b)| a.as_u64() != Some(u64::from(*b))))
+                || ids.iter().zip(&token_ids).any(|(a, b)| *a != u64::from(*b)))
         {
             return Err(http.protocol("output_ids disagree with output_token_logprobs"));
         }
         let top_logprobs = want_top.then(|| {
-            meta["output_top_logprobs"]
-                .as_array()
-                .map(|positions| {
-                    positions
-                        .iter()
-                        .map(|alts| {
-                            alts.as_array()
-                                .map(|alts| {
-                                    alts.iter()
-                                        .filter_map(|a| {
-                                            Some((a[1].as_u64()? as u32, a[0].as_f64()? as f32))
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default()
-                        })
+            meta.output_top_logprobs
+                .unwrap_or_default()
+                .into_iter()
+                .map(|alts| {
+                    alts.unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|alt| Some((alt.id? as u32, alt.logprob? as f32)))
                         .collect()
                 })
-                .unwrap_or_default()
+                .collect()
         });
         let mut generation = Generation::new(token_ids, logprobs, finish_reason);
         generation.top_logprobs = top_logprobs;
         generation.stop = stop;
-        generation.weight_version = meta["weight_version"].as_str().map(str::to_string);
-        generation.cached_tokens = meta["cached_tokens"].as_u64().map(|n| n as u32);
+        generation.weight_version = meta.weight_version.as_str().map(str::to_string);
+        generation.cached_tokens = meta.cached_tokens.as_u64().map(|n| n as u32);
         Ok(generation)
+    }
+}
+
+/// The outputs of `/generate`: one object, or an array of them when `n` > 1.
+struct Outputs(Vec<Output>);
+
+impl<'de> Deserialize<'de> for Outputs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OutputsVisitor;
+        impl<'de> Visitor<'de> for OutputsVisitor {
+            type Value = Outputs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a /generate output or an array of them")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Outputs, A::Error> {
+                let mut outputs = Vec::new();
+                while let Some(output) = seq.next_element()? {
+                    outputs.push(output);
+                }
+                Ok(Outputs(outputs))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Outputs, A::Error> {
+                let output = Output::deserialize(MapAccessDeserializer::new(map))?;
+                Ok(Outputs(vec![output]))
+            }
+        }
+        deserializer.deserialize_any(OutputsVisitor)
+    }
+}
+
+/// One output of `/generate` (a stream chunk has the same shape), read straight into the fields
+/// used: a reply holds a number triple per sampled token, and a JSON value for each cost more
+/// than the rest of the backend call. The small fields stay JSON, read as leniently as before.
+#[derive(Debug, Deserialize)]
+struct Output {
+    output_ids: Option<Vec<u64>>,
+    #[serde(default)]
+    meta_info: Meta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Meta {
+    finish_reason: Option<Value>,
+    output_token_logprobs: Option<Vec<TokenLogprob>>,
+    output_top_logprobs: Option<Vec<Option<Vec<TokenLogprob>>>>,
+    #[serde(default)]
+    weight_version: Value,
+    #[serde(default)]
+    cached_tokens: Value,
+}
+
+/// A `[logprob, token_id, text]` entry; a field that is not a number is `None`.
+#[derive(Debug)]
+struct TokenLogprob {
+    logprob: Option<f64>,
+    id: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for TokenLogprob {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = TokenLogprob;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a [logprob, token_id, text] entry")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TokenLogprob, A::Error> {
+                let logprob = seq.next_element::<Value>()?.and_then(|v| v.as_f64());
+                let id = seq.next_element::<Value>()?.and_then(|v| v.as_u64());
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TokenLogprob { logprob, id })
+            }
+        }
+        deserializer.deserialize_seq(EntryVisitor)
     }
 }
 
@@ -130,17 +195,13 @@ impl Backend for SglangBackend {
     }
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
-        let reply = self
+        let Outputs(outputs) = self
             .http
             .post(&self.root, "/generate", &Self::body(request))
             .await?;
-        let outputs = match reply {
-            Value::Array(items) => items,
-            single => vec![single],
-        };
         let want_top = request.params.top_logprobs.is_some();
         outputs
-            .iter()
+            .into_iter()
             .map(|o| Self::parse_output(&self.http, o, want_top))
             .collect()
     }
@@ -159,7 +220,9 @@ impl Backend for SglangBackend {
         let want_top = request.params.top_logprobs.is_some();
         let mut seen = 0usize;
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
-            let so_far = Self::parse_output(&http, chunk, want_top)?;
+            let output = Output::deserialize(chunk)
+                .map_err(|e| http.protocol(format!("invalid stream chunk: {e}")))?;
+            let so_far = Self::parse_output(&http, output, want_top)?;
             // Chunks are cumulative by default and deltas with --incremental-streaming-output;
             // completion_tokens (the total so far) tells how many of them are new either way.
             let total = chunk["meta_info"]["completion_tokens"]
@@ -199,6 +262,23 @@ impl Backend for SglangBackend {
 mod tests {
     use super::*;
 
+    fn typed(output: Value) -> Output {
+        serde_json::from_value(output).unwrap()
+    }
+
+    #[test]
+    fn a_reply_is_one_output_or_an_array_of_them() {
+        let one = r#"{"meta_info": {"output_token_logprobs": [[-0.5, 3, "x", 1]]}}"#;
+        let Outputs(outputs) = serde_json::from_str(one).unwrap();
+        assert_eq!(outputs.len(), 1);
+        let entry = &outputs[0].meta_info.output_token_logprobs.as_ref().unwrap()[0];
+        assert_eq!((entry.logprob, entry.id), (Some(-0.5), Some(3)));
+        let two = format!("[{one}, {one}]");
+        let Outputs(outputs) = serde_json::from_str(&two).unwrap();
+        assert_eq!(outputs.len(), 2);
+        assert!(serde_json::from_str::<Outputs>("3").is_err());
+    }
+
     fn backend() -> SglangBackend {
         SglangBackend::new("http://h:30000", None, Duration::from_secs(1))
     }
@@ -209,7 +289,7 @@ mod tests {
             "finish_reason": {"type": "stop", "matched": 4}, "weight_version": "v7",
             "output_token_logprobs": [[-0.5, 3, null], [-0.1, 4, null]],
             "output_top_logprobs": [[[-0.5, 3, null], [-2.0, 8, null]], [[-0.1, 4, null]]]}});
-        let g = SglangBackend::parse_output(&backend().http, &output, true).unwrap();
+        let g = SglangBackend::parse_output(&backend().http, typed(output), true).unwrap();
         assert_eq!(g.token_ids, vec![3, 4]);
         assert_eq!(g.logprobs, vec![-0.5, -0.1]);
         assert_eq!(g.stop, Some(StopMatch::Token(4)));
@@ -222,11 +302,13 @@ mod tests {
         let aborted = json!({"meta_info": {"finish_reason": {"type": "abort", "message": "paused"},
             "output_token_logprobs": []}});
         assert!(matches!(
-            SglangBackend::parse_output(&backend().http, &aborted, false),
+            SglangBackend::parse_output(&backend().http, typed(aborted), false),
             Err(BackendError::Aborted { .. })
         ));
         let mismatched = json!({"output_ids": [9], "meta_info": {"finish_reason": {"type": "length", "length": 1},
             "output_token_logprobs": [[-0.5, 3, null]]}});
-        assert!(SglangBackend::parse_output(&backend().http, &mismatched, false).is_err());
+        assert!(SglangBackend::parse_output(&backend().http, typed(mismatched), false).is_err());
+        let bad_entry = json!({"meta_info": {"output_token_logprobs": [[null, 3, null]]}});
+        assert!(SglangBackend::parse_output(&backend().http, typed(bad_entry), false).is_err());
     }
 }

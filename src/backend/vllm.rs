@@ -221,7 +221,7 @@ impl Backend for VllmBackend {
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
         let endpoint = self.endpoint().await;
-        let reply = match endpoint {
+        let reply: Value = match endpoint {
             Endpoint::Generate => {
                 self.http
                     .post(&self.root, GENERATE_PATH, &Self::generate_body(request))
