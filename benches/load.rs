@@ -266,8 +266,11 @@ fn main() {
 
         // Growth: one session, its history growing by ~550 tokens a turn; the rollout is run
         // `growth_repeat` times and each turn's median CPU is reported (a single turn is noisy).
+        // A short rollout before each long one: otherwise turn 1 would follow the deletion of the
+        // previous 68k-token rollout and pay for its after-effects (cold caches, freed memory).
         let mut runs = Vec::new();
         for _ in 0..growth_repeat {
+            rollout(&client, &base, 0, 2).await;
             runs.push(growth_rollout(&client, &base, &proxy, growth_turns).await);
         }
         let curve: Vec<(usize, u64, f64)> = (0..growth_turns)
