@@ -1,12 +1,19 @@
 //! A node's token ids, stored in as few bytes as they need.
 //!
 //! Nodes are most of what a proxy holds: every history token of every live rollout. Ids are
-//! kept in three bytes each (vocabularies in use have well under 2^24 entries; a block with a
-//! larger id keeps four bytes per id, so none is ever truncated). Each append is its own
+//! kept in 18 bits each when they fit (every vocabulary in use has at most 2^18 = 262,144
+//! entries), else in three bytes, else four: each block takes the narrowest width all its ids
+//! fit, so none is ever truncated. Each append is its own
 //! exactly sized block, so a growing node never reallocates: no copy of its history per turn,
 //! and no freed block left behind for the allocator to fragment around.
 
 use std::ops::Range;
+
+/// Bits of an id in a narrow block.
+const NARROW_BITS: usize = 18;
+
+/// Ids below this fit in a narrow block.
+const NARROW_LIMIT: u32 = 1 << NARROW_BITS;
 
 /// Ids below this fit in three bytes.
 const PACKED_LIMIT: u32 = 1 << 24;
@@ -20,6 +27,9 @@ pub struct TokenIds {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Block {
+    /// 18-bit ids, id `i` at bits `18 i ..` of the little-endian bit stream; exactly
+    /// `ceil(18 n / 8)` bytes, so the length follows from the size.
+    Narrow(Box<[u8]>),
     /// Little-endian 24-bit ids.
     Packed(Box<[u8]>),
     Wide(Box<[u32]>),
@@ -27,7 +37,19 @@ enum Block {
 
 impl Block {
     fn new(ids: &[u32]) -> Self {
-        if ids.iter().all(|&id| id < PACKED_LIMIT) {
+        if ids.iter().all(|&id| id < NARROW_LIMIT) {
+            let mut bytes = vec![0u8; (ids.len() * NARROW_BITS).div_ceil(8)];
+            for (i, &id) in ids.iter().enumerate() {
+                let bit = i * NARROW_BITS;
+                // At most 6 + 18 bits: three bytes from the id's first byte.
+                let [a, b, c, _] = (id << (bit % 8)).to_le_bytes();
+                let at = bit / 8;
+                bytes[at] |= a;
+                bytes[at + 1] |= b;
+                bytes[at + 2] |= c;
+            }
+            Self::Narrow(bytes.into())
+        } else if ids.iter().all(|&id| id < PACKED_LIMIT) {
             Self::Packed(
                 ids.iter()
                     .flat_map(|id| {
@@ -43,6 +65,8 @@ impl Block {
 
     fn len(&self) -> usize {
         match self {
+            // The largest n with ceil(18 n / 8) bytes.
+            Self::Narrow(bytes) => bytes.len() * 8 / NARROW_BITS,
             Self::Packed(bytes) => bytes.len() / 3,
             Self::Wide(ids) => ids.len(),
         }
@@ -50,6 +74,12 @@ impl Block {
 
     fn copy_into(&self, range: Range<usize>, out: &mut Vec<u32>) {
         match self {
+            Self::Narrow(bytes) => out.extend(range.map(|i| {
+                let bit = i * NARROW_BITS;
+                let at = bit / 8;
+                let word = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], 0]);
+                (word >> (bit % 8)) & (NARROW_LIMIT - 1)
+            })),
             Self::Packed(bytes) => out.extend(
                 bytes[range.start * 3..range.end * 3]
                     .chunks_exact(3)
@@ -108,20 +138,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn three_bytes_per_id_unless_one_does_not_fit() {
+    fn each_block_takes_the_narrowest_width_its_ids_fit() {
         let mut ids = TokenIds::default();
         ids.extend(&[0, 151_643, PACKED_LIMIT - 1]);
         ids.extend(&[]);
         ids.extend(&[PACKED_LIMIT, 7]);
-        ids.extend(&[9]);
+        ids.extend(&[9, NARROW_LIMIT - 1, 0]);
         assert!(matches!(&ids.blocks[0], Block::Packed(bytes) if bytes.len() == 9));
         assert!(matches!(ids.blocks[1], Block::Wide(_)));
-        assert_eq!(ids.len(), 6);
-        let all = vec![0, 151_643, PACKED_LIMIT - 1, PACKED_LIMIT, 7, 9];
-        assert_eq!(ids.to_vec(0..6), all);
+        assert!(matches!(&ids.blocks[2], Block::Narrow(bytes) if bytes.len() == 7));
+        assert_eq!(ids.len(), 8);
+        let all = vec![
+            0,
+            151_643,
+            PACKED_LIMIT - 1,
+            PACKED_LIMIT,
+            7,
+            9,
+            NARROW_LIMIT - 1,
+            0,
+        ];
+        assert_eq!(ids.to_vec(0..8), all);
         // Ranges across and inside blocks.
-        for (from, to) in [(1, 4), (2, 3), (3, 5), (4, 6), (5, 5), (0, 0)] {
+        for (from, to) in [
+            (1, 4),
+            (2, 3),
+            (3, 5),
+            (4, 6),
+            (5, 5),
+            (0, 0),
+            (6, 8),
+            (7, 8),
+        ] {
             assert_eq!(ids.to_vec(from..to), all[from..to], "{from}..{to}");
+        }
+    }
+
+    #[test]
+    fn narrow_blocks_of_every_length_read_back() {
+        let spread = (0..200u32).map(|i| i.wrapping_mul(2_654_435_761) % NARROW_LIMIT);
+        let all: Vec<u32> = [0, NARROW_LIMIT - 1].into_iter().chain(spread).collect();
+        for len in 0..all.len() {
+            let mut ids = TokenIds::default();
+            ids.extend(&all[..len]);
+            assert_eq!(ids.len(), len);
+            assert_eq!(ids.to_vec(0..len), all[..len]);
+            assert!(ids.blocks.iter().all(|b| matches!(b, Block::Narrow(_))));
+            if len > 3 {
+                assert_eq!(ids.to_vec(1..len - 2), all[1..len - 2]);
+            }
         }
     }
 }

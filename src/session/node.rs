@@ -1,6 +1,6 @@
 //! A training node: the exact token ids of one rollout and which of them the model sampled.
 //!
-//! Storage is compact: ids in three bytes each ([`TokenIds`]), logprobs only for sampled
+//! Storage is compact: ids in 18 bits each ([`TokenIds`]), logprobs only for sampled
 //! positions (prompt positions are implicitly 1.0), sized exactly to their content.
 //! `masked_tokens` and `full_text` are derived when a trainer asks.
 
