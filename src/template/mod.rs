@@ -209,3 +209,39 @@ fn describe(error: &minijinja::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_maps_act_as_ordered_maps_in_templates() {
+        let message = template_map([
+            ("role", Value::from("tool")),
+            ("content", Value::from("x")),
+            ("role", Value::from("user")),
+            ("name", Value::from(())),
+        ]);
+        let template = ChatTemplate::new(
+            "t",
+            "{% for k in m %}{{ k }},{% endfor %}|{{ m.role }}|{{ m['content'] }}|\
+             {{ m|length }}|{{ 'name' in m }}|{{ m.missing is defined }}|{{ m|tojson }}|\
+             {% for k, v in m.items() %}{{ k }}={{ v }};{% endfor %}"
+                .into(),
+            Default::default(),
+        )
+        .unwrap();
+        let rendered = template
+            .env
+            .get_template(TEMPLATE_NAME)
+            .unwrap()
+            .render(minijinja::context! { m => message })
+            .unwrap();
+        assert_eq!(
+            rendered,
+            "role,content,name,|user|x|3|True|False|\
+             {\"role\": \"user\", \"content\": \"x\", \"name\": null}|\
+             role=user;content=x;name=None;"
+        );
+    }
+}
