@@ -110,7 +110,7 @@ const TABLE_IDS: u32 = 1 << 18;
 /// Each id below [`TABLE_IDS`] as array text, packed in a `u64`: a comma and at most six digits
 /// in the low bytes (first byte lowest), their count in the top byte. Storing eight bytes and
 /// moving on by that count is several times faster than dividing an id into digits, and a
-/// prompt's ids are written every turn. 2 MiB, built on first use (~1 ms).
+/// prompt's ids are written every turn. 2 MiB, built on first use (a few milliseconds).
 static ID_TEXT: LazyLock<Box<[u64]>> = LazyLock::new(|| {
     (0..TABLE_IDS)
         .map(|n| {
