@@ -159,13 +159,10 @@ impl ChatMessage {
             .find_map(|k| self.extra.get(*k));
         if let Some(reasoning) = reasoning {
             let reasoning = json_value(reasoning);
-            for key in ["reasoning_content", "thinking"] {
-                // Like a JSON object insert: a key already there keeps its place.
-                match fields.iter_mut().find(|(k, _)| *k == key) {
-                    Some(slot) => slot.1 = reasoning.clone(),
-                    None => fields.push((key, reasoning.clone())),
-                }
-            }
+            // A key already there keeps its place (`template_map` treats repeats like a JSON
+            // object insert).
+            fields.push(("reasoning_content", reasoning.clone()));
+            fields.push(("thinking", reasoning));
         }
         template_map(fields)
     }

@@ -37,7 +37,8 @@ enum Block {
 
 impl Block {
     fn new(ids: &[u32]) -> Self {
-        if ids.iter().all(|&id| id < NARROW_LIMIT) {
+        let largest = ids.iter().copied().max().unwrap_or(0);
+        if largest < NARROW_LIMIT {
             let mut bytes = vec![0u8; (ids.len() * NARROW_BITS).div_ceil(8)];
             for (i, &id) in ids.iter().enumerate() {
                 let bit = i * NARROW_BITS;
@@ -49,7 +50,7 @@ impl Block {
                 bytes[at + 2] |= c;
             }
             Self::Narrow(bytes.into())
-        } else if ids.iter().all(|&id| id < PACKED_LIMIT) {
+        } else if largest < PACKED_LIMIT {
             Self::Packed(
                 ids.iter()
                     .flat_map(|id| {
