@@ -268,6 +268,10 @@ fn main() {
         // `growth_repeat` times and each turn's median CPU is reported (a single turn is noisy).
         // A short rollout before each long one: otherwise turn 1 would follow the deletion of the
         // previous 68k-token rollout and pay for its after-effects (cold caches, freed memory).
+        // `GROWTH_TURNS=0` skips it (e.g. to profile the load alone).
+        if growth_turns == 0 {
+            return;
+        }
         let mut runs = Vec::new();
         for _ in 0..growth_repeat {
             rollout(&client, &base, 0, 2).await;

@@ -123,5 +123,44 @@ fn bench_pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_turn, bench_pipeline);
+/// The render of a short tool conversation (the load test's turn 5), the part of a short turn
+/// that grows with the tools declared.
+fn bench_render_short(c: &mut Criterion) {
+    use rollout_proxy::template::{RenderRequest, TemplateValue};
+    let ctx = context();
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Current weather for a city.", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let messages = json!([
+        {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
+        {"role": "user", "content": "What's the weather like in Paris right now?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "{\"temperature\": 21}"},
+        {"role": "assistant", "content": "It is 21 degrees in Paris."},
+        {"role": "user", "content": "Is it raining in Tokyo?"},
+    ]);
+    let body = json!({"messages": messages, "tools": tools});
+    let req = ChatRequest::from_body(serde_json::from_value(body).unwrap(), Some(256)).unwrap();
+    let values: Vec<TemplateValue> = req.messages.iter().map(|m| m.to_template_value()).collect();
+    let values = TemplateValue::from(values);
+    let mut group = c.benchmark_group("render_short");
+    for (name, tools) in [("no_tools", None), ("one_tool", req.tools.as_ref())] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                ctx.template
+                    .render(RenderRequest {
+                        messages: &values,
+                        tools,
+                        add_generation_prompt: true,
+                        kwargs: Some(&req.template_kwargs),
+                    })
+                    .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_turn, bench_pipeline, bench_render_short);
 criterion_main!(benches);

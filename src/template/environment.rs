@@ -103,6 +103,13 @@ fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value,
         sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
     };
     kwargs.assert_all_used()?;
+    if options == DumpOptions::default()
+        && let Some(text) = value
+            .downcast_object_ref::<super::FieldMap>()
+            .and_then(|map| map.tojson.clone())
+    {
+        return Ok(text);
+    }
     Ok(Value::from(dumps(value, &options)?))
 }
 

@@ -7,6 +7,7 @@
 mod environment;
 pub mod pyjson;
 pub mod source;
+mod tools;
 
 use minijinja::Environment;
 use minijinja::value::{Enumerator, Object, Serde, Value};
@@ -41,6 +42,8 @@ pub struct ChatTemplate {
     /// `bos_token`, `eos_token`, ... as strings, passed to every render.
     special_tokens: BTreeMap<String, String>,
     renders_tool_calls: bool,
+    /// Tool lists already converted for the template.
+    tools: tools::ToolsCache,
 }
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -83,6 +86,7 @@ impl ChatTemplate {
             name: name.into(),
             special_tokens,
             renders_tool_calls,
+            tools: Default::default(),
         })
     }
 
@@ -103,32 +107,35 @@ impl ChatTemplate {
 
     /// Renders the template like `tokenizer.apply_chat_template(..., tokenize=False)`.
     pub fn render(&self, request: RenderRequest<'_>) -> Result<String, TemplateError> {
-        let mut ctx: BTreeMap<String, Value> = self
+        let special_tokens = self
             .special_tokens
             .iter()
-            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-            .collect();
-        ctx.insert("messages".into(), request.messages.clone());
-        ctx.insert(
-            "tools".into(),
-            request
-                .tools
-                .map(|t| Value::from(Serde(t)))
-                .unwrap_or(Value::from(())),
-        );
-        ctx.insert("documents".into(), Value::from(()));
-        ctx.insert(
-            "add_generation_prompt".into(),
-            Value::from(request.add_generation_prompt),
-        );
-        for (k, v) in request.kwargs.into_iter().flatten() {
-            ctx.insert(k.clone(), Value::from(Serde(v)));
-        }
+            .map(|(k, v)| (k.as_str(), Value::from(v.as_str())));
+        let tools = match request.tools {
+            Some(tools) => self.tools.value_of(tools),
+            None => Value::from(()),
+        };
+        let inputs = [
+            ("messages", request.messages.clone()),
+            ("tools", tools),
+            ("documents", Value::from(())),
+            (
+                "add_generation_prompt",
+                Value::from(request.add_generation_prompt),
+            ),
+        ];
+        let kwargs = request
+            .kwargs
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), Value::from(Serde(v))));
+        // Later variables override earlier ones, as transformers lets kwargs override all.
+        let context = template_map(special_tokens.chain(inputs).chain(kwargs));
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        template.render(Value::from(ctx)).map_err(|e| classify(&e))
+        template.render(context).map_err(|e| classify(&e))
     }
 }
 
@@ -142,35 +149,43 @@ pub fn template_map<'a>(fields: impl IntoIterator<Item = (&'a str, Value)>) -> V
             None => entries.push((Value::from(key), value)),
         }
     }
-    Value::from_object(FieldMap(entries))
+    Value::from_object(FieldMap {
+        fields: entries,
+        tojson: None,
+    })
 }
 
 /// A message's fields, found by a scan: a message has a handful, and a turn builds one map per
 /// message of the conversation, where a hash map's hashing cost more than its lookups saved.
 #[derive(Debug)]
-struct FieldMap(Vec<(Value, Value)>);
+struct FieldMap {
+    fields: Vec<(Value, Value)>,
+    /// The map's `tojson` text (default options), when it was made in advance: tool schemas
+    /// are printed this way by most templates, every turn.
+    tojson: Option<Value>,
+}
 
 impl Object for FieldMap {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        self.0
+        self.fields
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.clone())
     }
 
     fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
-        self.0
+        self.fields
             .iter()
             .find(|(k, _)| k.as_str() == Some(key))
             .map(|(_, v)| v.clone())
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Values(self.0.iter().map(|(k, _)| k.clone()).collect())
+        Enumerator::Values(self.fields.iter().map(|(k, _)| k.clone()).collect())
     }
 
     fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
-        Some(self.0.len())
+        Some(self.fields.len())
     }
 }
 

@@ -9,7 +9,7 @@ use minijinja::{Error, ErrorKind};
 use std::fmt::Write;
 
 /// Options of Python's `json.dumps` that templates pass to `tojson`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DumpOptions {
     pub ensure_ascii: bool,
     pub indent: Option<String>,
