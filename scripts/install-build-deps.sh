@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs what building llama.cpp needs (the in-process engine's llama-cpp-sys-2 crate and the
-# pinned llama-server): cmake, a C++ compiler, and libclang for bindgen. Debian packages; does
-# nothing when they are already there.
+# Installs what building the C and C++ parts needs (llama.cpp for the in-process engine's
+# llama-cpp-sys-2 crate and the pinned llama-server, jemalloc for tikv-jemalloc-sys): cmake,
+# make, a C++ compiler, and libclang for bindgen. Debian packages; does nothing when they are
+# already there.
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null || missing+=(cmake)
+command -v make >/dev/null || missing+=(make)
 command -v c++ >/dev/null || missing+=(g++)
 if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
   missing+=(libclang-dev)

@@ -7,6 +7,9 @@ use rollout_proxy::engine::EngineSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[global_allocator]
+static ALLOCATOR: rollout_proxy::memory::Allocator = rollout_proxy::memory::Allocator;
+
 #[derive(Parser)]
 #[command(
     version,
