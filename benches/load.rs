@@ -11,7 +11,8 @@
 //!   padded so turn 128 holds ~70k tokens).
 //!
 //! `cargo bench --bench load` (needs scripts/fetch-fixtures.sh). `LOAD_C`, `LOAD_R`, `LOAD_T`,
-//! `GROWTH_TURNS`, `GROWTH_REPEAT` (5). Under `cargo test --all-targets` it runs a small smoke version.
+//! `GROWTH_TURNS` (0 skips growth), `GROWTH_REPEAT` (5). Under `cargo test --all-targets` it
+//! runs a small smoke version.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -2,7 +2,9 @@
 //!
 //! The proxy allocates with jemalloc ([`Allocator`], installed by the binary): a turn makes
 //! hundreds of small allocations (request, render, backend buffers), and under load glibc
-//! malloc took about a sixth of the proxy's CPU; with jemalloc a turn costs ~7% less.
+//! malloc took about a sixth of the proxy's CPU; with jemalloc a short turn costs about a fifth
+//! less. Its size classes round the nodes' exactly sized blocks up a little (about 4.2 rather
+//! than 3.7 bytes per held history token).
 //!
 //! Allocators keep what the process frees for reuse: the transient allocations of start-up
 //! (parsing a tokenizer file), of every turn, and the nodes of deleted sessions. A proxy that

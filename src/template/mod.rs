@@ -155,8 +155,9 @@ pub fn template_map<'a>(fields: impl IntoIterator<Item = (&'a str, Value)>) -> V
     })
 }
 
-/// A message's fields, found by a scan: a message has a handful, and a turn builds one map per
-/// message of the conversation, where a hash map's hashing cost more than its lookups saved.
+/// A small map found by a scan (a message's fields, a render's variables, a tool's fields): it
+/// has a handful of keys, and a turn builds one per message of the conversation, where a hash
+/// map's hashing cost more than its lookups saved.
 #[derive(Debug)]
 struct FieldMap {
     fields: Vec<(Value, Value)>,
