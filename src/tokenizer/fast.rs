@@ -13,10 +13,12 @@
 //! next (no alternative runs from a newline into such a character, none takes a space after
 //! a non-space, and normalization cannot join across either cut). ASCII chunks take the fast
 //! road, the others the library's. A tokenizer whose pipeline is anything else (another
-//! pattern or normalizer, added tokens with strip or word options) keeps the library's road,
-//! and one is only given this road after both agree on a probe text.
+//! pattern or normalizer, added tokens with strip or word options, BPE dropout) keeps the
+//! library's road, and one is only given this road after both agree on a probe text. The ids
+//! of pieces seen before are kept ([`WordCache`]), so the model is asked only about new ones.
 
 use super::byte_level::byte_char;
+use super::word_cache::WordCache;
 use tokenizers::Model;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 
@@ -38,6 +40,8 @@ pub(super) struct FastEncoder {
     max_digits: usize,
     /// Added tokens, by first byte, longest first (all are ASCII).
     added_by_first_byte: Vec<Vec<(Box<[u8]>, u32)>>,
+    /// Ids of pieces already run through the model.
+    words: WordCache,
 }
 
 impl FastEncoder {
@@ -45,6 +49,12 @@ impl FastEncoder {
     pub fn for_tokenizer(tokenizer: &tokenizers::Tokenizer) -> Option<Self> {
         use tokenizers::normalizers::NormalizerWrapper as N;
         let max_digits = split_pattern_digits(tokenizer.get_pre_tokenizer()?)?;
+        // BPE dropout samples the merges: a piece has no one tokenization to keep.
+        if let tokenizers::models::ModelWrapper::BPE(bpe) = tokenizer.get_model()
+            && bpe.dropout.is_some_and(|p| p > 0.0)
+        {
+            return None;
+        }
         // Forms that leave ASCII as it is and cannot compose across an ASCII character.
         if !matches!(
             tokenizer.get_normalizer(),
@@ -71,6 +81,7 @@ impl FastEncoder {
         let encoder = Self {
             max_digits,
             added_by_first_byte,
+            words: WordCache::default(),
         };
         let mut probe = PROBE.to_string();
         for candidates in &encoder.added_by_first_byte {
@@ -148,13 +159,26 @@ impl FastEncoder {
         word: &mut String,
         ids: &mut Vec<u32>,
     ) -> tokenizers::Result<()> {
+        let known = self.words.known();
+        let mut new = Vec::new();
         let mut start = 0;
         while start < text.len() {
             let end = piece_end(text, start, self.max_digits);
-            word.clear();
-            word.extend(text[start..end].iter().map(|&b| byte_char(b)));
-            ids.extend(model.tokenize(word)?.iter().map(|token| token.id));
+            let piece = &text[start..end];
+            if let Some(piece_ids) = known.get(piece) {
+                ids.extend_from_slice(piece_ids);
+            } else {
+                word.clear();
+                word.extend(piece.iter().map(|&b| byte_char(b)));
+                let first = ids.len();
+                ids.extend(model.tokenize(word)?.iter().map(|token| token.id));
+                new.push((Box::from(piece), Box::from(&ids[first..])));
+            }
             start = end;
+        }
+        drop(known);
+        if !new.is_empty() {
+            self.words.remember(new);
         }
         Ok(())
     }
@@ -369,6 +393,36 @@ mod tests {
             let tokenizer = fixture_tokenizer(model);
             assert!(FastEncoder::for_tokenizer(&tokenizer).is_none(), "{model}");
         }
+        // Qwen3's pipeline with BPE dropout: its pieces have no one tokenization to keep.
+        let mut tokenizer = fixture_tokenizer("qwen3");
+        if let tokenizers::models::ModelWrapper::BPE(bpe) = tokenizer.get_model() {
+            let mut bpe = bpe.clone();
+            bpe.dropout = Some(0.1);
+            tokenizer.with_model(bpe);
+        }
+        assert!(FastEncoder::for_tokenizer(&tokenizer).is_none());
+    }
+
+    #[test]
+    fn known_pieces_skip_the_model() {
+        let tokenizer = fixture_tokenizer("qwen3");
+        let encoder = FastEncoder::for_tokenizer(&tokenizer).unwrap();
+        let text = "<|im_start|>user\nWhat's the weather in Paris? 42<|im_end|>";
+        let expected = tokenizer.encode_fast(text, false).unwrap();
+        for _ in 0..2 {
+            let mut ids = Vec::new();
+            encoder.encode(&tokenizer, text, &mut ids).unwrap();
+            assert_eq!(ids, expected.get_ids());
+        }
+        let known = encoder.words.known();
+        let paris = tokenizer.encode_fast(" Paris", false).unwrap();
+        assert_eq!(
+            known.get(b" Paris".as_slice()).map(|ids| &ids[..]),
+            Some(paris.get_ids())
+        );
+        assert!(
+            known.contains_key(b"weather".as_slice()) || known.contains_key(b" weather".as_slice())
+        );
     }
 
     #[test]
