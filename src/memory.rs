@@ -19,6 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The global allocator the binary installs.
 pub use tikv_jemallocator::Jemalloc as Allocator;
 
+/// jemalloc's options, read when it starts: its per-thread caches keep only blocks up to
+/// 4 KiB (32 KiB by default). A turn's large buffers (request body, render, ids) then go back
+/// to the shared arenas, where the periodic purge returns them, instead of staying cached per
+/// thread: 4.3 → 3.9–4.0 bytes per held history token in the memory test, at no measurable CPU.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static JEMALLOC_OPTIONS: &[u8; 16] = b"tcache_max:4096\0";
+
 /// Arenas glibc malloc may use. Turns run on a few worker threads; more arenas only spread the
 /// same freed memory over more places.
 const ARENAS: i32 = 2;
@@ -76,6 +83,23 @@ impl FreedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jemalloc_reads_the_options() {
+        let mut tcache_max: usize = 0;
+        let mut size = std::mem::size_of::<usize>();
+        // SAFETY: `opt.tcache_max` is a size_t; `size` says how many bytes may be written.
+        let status = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"opt.tcache_max".as_ptr(),
+                (&raw mut tcache_max).cast(),
+                &mut size,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!((status, tcache_max), (0, 4096));
+    }
 
     #[test]
     fn a_release_is_due_once_per_batch_of_deletions() {
