@@ -207,8 +207,14 @@ impl Pool {
     {
         let mut avoid: Option<Arc<Member>> = None;
         let mut attempt = 0;
+        let mut last_failure: Option<BackendError> = None;
         loop {
-            let lease = self.acquire(route, avoid.as_ref()).await?;
+            // A retry that finds no backend left (its own failures may just have opened the
+            // circuit) reports the failure that made it retry, not the empty pool.
+            let lease = match self.acquire(route, avoid.as_ref()).await {
+                Ok(lease) => lease,
+                Err(error) => return Err(last_failure.unwrap_or(error)),
+            };
             let result = call(lease.member.clone()).await;
             lease
                 .member
@@ -223,6 +229,7 @@ impl Pool {
                         avoid = Some(lease.member.clone());
                     }
                     drop(lease);
+                    last_failure = Some(error);
                     tokio::time::sleep(self.backoff(attempt)).await;
                 }
                 Err(error) => return Err(error),

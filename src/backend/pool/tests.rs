@@ -166,6 +166,25 @@ async fn failover_retries_same_backend_then_another() {
 }
 
 #[tokio::test]
+async fn a_retry_that_opens_the_circuit_reports_the_backend_failure() {
+    // The first failure opens the only backend's circuit, so the retry finds no backend.
+    let script = unreachable_for("a", 1);
+    let settings = PoolSettings {
+        unhealthy_after: 1,
+        breaker_cooldown: 3600.0,
+        ..fast()
+    };
+    let pool = pool(&["a"], 4, settings, script.clone());
+    let result = pool.generate(&request(1), Route::Prefer(None)).await;
+    assert!(
+        matches!(result, Err(BackendError::Unreachable { .. })),
+        "{result:?}"
+    );
+    assert_eq!(script.calls.lock().unwrap().len(), 1);
+    assert!(!pool.members()[0].is_healthy());
+}
+
+#[tokio::test]
 async fn errors_that_are_not_transient_are_not_retried() {
     let script = Arc::new(Script::default());
     script.outcomes.lock().unwrap().insert(
