@@ -11,8 +11,10 @@
 //!   padded so turn 128 holds ~70k tokens).
 //!
 //! `cargo bench --bench load` (needs scripts/fetch-fixtures.sh). `LOAD_C`, `LOAD_R`, `LOAD_T`,
-//! `GROWTH_TURNS` (0 skips growth), `GROWTH_REPEAT` (5). Under `cargo test --all-targets` it
-//! runs a small smoke version.
+//! `GROWTH_TURNS` (0 skips growth), `GROWTH_REPEAT` (5). `LOAD_PROXY_BIN` measures another
+//! build of rollout-proxy; `LOAD_PROXY_CMD` another proxy altogether (a shell command with
+//! `{port}` and `{upstream}`: scripts/perf-compare.sh drives the Atropos reference this way).
+//! Under `cargo test --all-targets` it runs a small smoke version.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -59,19 +61,38 @@ impl ProxyProcess {
             .unwrap()
             .port();
         let qwen3 = fixture_model("qwen3");
-        // `LOAD_PROXY_BIN` runs another build (e.g. the previous commit's) for a side-by-side run.
-        let binary = std::env::var("LOAD_PROXY_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-proxy").to_string());
-        let child = std::process::Command::new(binary)
-            .args(["serve", "--port", &port.to_string(), "--tokenizer"])
-            .arg(&qwen3)
-            .args(["--backend", upstream, "--backend-type", "sglang"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = match std::env::var("LOAD_PROXY_CMD") {
+            // Another proxy altogether (e.g. the Atropos reference): a shell command with
+            // `{port}` and `{upstream}` placeholders; `exec` keeps its PID the measured one.
+            Ok(template) => {
+                let command = template
+                    .replace("{port}", &port.to_string())
+                    .replace("{upstream}", upstream);
+                std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("exec {command}"))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            }
+            // `LOAD_PROXY_BIN` runs another build (e.g. the previous commit's) for a
+            // side-by-side run.
+            Err(_) => {
+                let binary = std::env::var("LOAD_PROXY_BIN")
+                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-proxy").to_string());
+                std::process::Command::new(binary)
+                    .args(["serve", "--port", &port.to_string(), "--tokenizer"])
+                    .arg(&qwen3)
+                    .args(["--backend", upstream, "--backend-type", "sglang"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            }
+        };
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "the proxy did not start");
             std::thread::sleep(Duration::from_millis(50));

@@ -5,7 +5,10 @@
 # target/perf/compare.md). The Atropos side runs without vLLM (its tool-call parsing needs an
 # 8 GB torch install), so its turns are text-only; the recorded reference with vLLM is
 # compared too ($PERF_HARNESS/results/atropos-baseline.json).
-#   PERF_REPEAT (2), PERF_R (200), PERF_C (32): sizes of the load runs.
+# Then both proxies are driven by the Rust load generator (benches/load.rs), which can keep a
+# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved pairs.
+#   PERF_REPEAT (2), PERF_R (200), PERF_C (32): sizes of the Python harness's load runs;
+#   PERF_PAIRS (3): Rust-generator pairs (1500 rollouts for rollout-proxy, 400 for Atropos).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$(pwd)
@@ -39,3 +42,20 @@ cd "$harness"
   echo "# the recorded reference (Atropos with vLLM) vs rollout-proxy"
   "$venv/bin/python" compare.py results/atropos-baseline.json "$out/rollout-proxy.json"
 } | tee "$out/compare.md"
+cd "$here"
+atropos_cmd="$venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
+rust_load() { GROWTH_TURNS=0 cargo bench --quiet --bench load 2>/dev/null | grep ' turns in '; }
+{
+  echo
+  echo "# Rust load generator, C=32 T=6, interleaved pairs: rollout-proxy, then Atropos (no vLLM)"
+  for pair in $(seq "${PERF_PAIRS:-3}"); do
+    ours=$(LOAD_R=1500 rust_load)
+    theirs=$(LOAD_R=400 LOAD_PROXY_CMD="$atropos_cmd" rust_load)
+    echo "pair $pair"
+    echo "  rollout-proxy: $ours"
+    echo "  atropos:       $theirs"
+    cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }
+    awk -v a="$(echo "$ours" | cpu)" -v b="$(echo "$theirs" | cpu)" \
+      'BEGIN { printf "  proxy CPU per turn: %.3f vs %.3f ms = 1/%.1f\n", a, b, b / a }'
+  done
+} | tee -a "$out/compare.md"
