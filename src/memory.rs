@@ -3,8 +3,8 @@
 //! The proxy allocates with jemalloc ([`Allocator`], installed by the binary): a turn makes
 //! hundreds of small allocations (request, render, backend buffers), and under load glibc
 //! malloc took about a sixth of the proxy's CPU; with jemalloc a short turn costs about a fifth
-//! less. Its size classes round the nodes' exactly sized blocks up a little (about 4.2 rather
-//! than 3.7 bytes per held history token).
+//! less. Its size classes round the nodes' exactly sized blocks up a little (3.9–4.0 rather
+//! than glibc's 3.7–3.8 bytes per held history token, with the options below).
 //!
 //! Allocators keep what the process frees for reuse: the transient allocations of start-up
 //! (parsing a tokenizer file), of every turn, and the nodes of deleted sessions. A proxy that
@@ -22,7 +22,8 @@ pub use tikv_jemallocator::Jemalloc as Allocator;
 /// jemalloc's options, read when it starts: its per-thread caches keep only blocks up to
 /// 4 KiB (32 KiB by default). A turn's large buffers (request body, render, ids) then go back
 /// to the shared arenas, where the periodic purge returns them, instead of staying cached per
-/// thread: 4.3 → 3.9–4.0 bytes per held history token in the memory test, at no measurable CPU.
+/// thread: 4.1–4.3 → 3.9–4.0 bytes per held history token in the memory test (close to a
+/// run's noise, but at or under 4.2 in every run since), at no measurable CPU.
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static JEMALLOC_OPTIONS: &[u8; 16] = b"tcache_max:4096\0";
 
