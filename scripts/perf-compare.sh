@@ -45,6 +45,7 @@ cd "$harness"
 cd "$here"
 atropos_cmd="$venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
 rust_load() { GROWTH_TURNS=0 cargo bench --quiet --bench load 2>/dev/null | grep ' turns in '; }
+cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }
 {
   echo
   echo "# Rust load generator, C=32 T=6, interleaved pairs: rollout-proxy, then Atropos (no vLLM)"
@@ -54,7 +55,6 @@ rust_load() { GROWTH_TURNS=0 cargo bench --quiet --bench load 2>/dev/null | grep
     echo "pair $pair"
     echo "  rollout-proxy: $ours"
     echo "  atropos:       $theirs"
-    cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }
     awk -v a="$(echo "$ours" | cpu)" -v b="$(echo "$theirs" | cpu)" \
       'BEGIN { printf "  proxy CPU per turn: %.3f vs %.3f ms = 1/%.1f\n", a, b, b / a }'
   done
