@@ -136,6 +136,35 @@ async fn chat_logprobs_are_the_backends_values() {
     assert!(data["choices"][0]["logprobs"].is_null(), "only when asked");
 }
 
+/// A body sent in several chunks is read whole; one over the size limit is refused whole.
+#[tokio::test]
+async fn a_body_in_chunks_is_read_whole() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/chat/completions");
+    let body = json!({"messages": [{"role": "user", "content": "hi there"}]}).to_string();
+    let pieces: Vec<String> = body
+        .as_bytes()
+        .chunks(7)
+        .map(|c| String::from_utf8(c.to_vec()).unwrap())
+        .collect();
+    assert!(pieces.len() > 3);
+    proxy.worker.push_sample(Sample::stop(chars("ok")));
+    let (status, data) = proxy.post_chunked(&path, pieces).await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(data["choices"][0]["message"]["content"], "ok");
+    let history = proxy.nodes(&uuid).await;
+    assert_eq!(history.len(), 1);
+
+    // The test proxy takes at most 1 MiB: 2 MiB in 64 KiB chunks is refused, nothing recorded.
+    let padding = "x".repeat(64 * 1024);
+    let big = (0..32).map(|_| padding.clone()).collect();
+    let (status, data) = proxy.post_chunked(&path, big).await;
+    assert_eq!(status, 413, "{data}");
+    common::assert_openai_error(&data);
+    assert_eq!(proxy.nodes(&uuid).await, history);
+}
+
 /// The README's serve command with an Atropos-style config file, against a vLLM-format upstream.
 #[tokio::test]
 async fn serve_binary_with_config_file() {

@@ -162,6 +162,79 @@ struct Meta {
     cached_tokens: Value,
 }
 
+/// A JSON number, or `None` for any other value (read past without building it).
+#[derive(Debug, Clone, Copy)]
+enum Number {
+    Float(f64),
+    Unsigned(u64),
+    Signed(i64),
+    Other,
+}
+
+impl Number {
+    fn as_f64(self) -> Option<f64> {
+        match self {
+            Number::Float(f) => Some(f),
+            Number::Unsigned(n) => Some(n as f64),
+            Number::Signed(n) => Some(n as f64),
+            Number::Other => None,
+        }
+    }
+
+    fn as_u64(self) -> Option<u64> {
+        match self {
+            Number::Unsigned(n) => Some(n),
+            Number::Signed(n) => u64::try_from(n).ok(),
+            Number::Float(_) | Number::Other => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NumberVisitor;
+        impl<'de> Visitor<'de> for NumberVisitor {
+            type Value = Number;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Number, E> {
+                Ok(Number::Float(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Number, E> {
+                Ok(Number::Unsigned(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Number, E> {
+                Ok(Number::Signed(v))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Number, E> {
+                Ok(Number::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Number, E> {
+                Ok(Number::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Number, E> {
+                Ok(Number::Other)
+            }
+            fn visit_none<E>(self) -> Result<Number, E> {
+                Ok(Number::Other)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Number, D::Error> {
+                Number::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Number, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Number::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Number, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Number::Other)
+            }
+        }
+        deserializer.deserialize_any(NumberVisitor)
+    }
+}
+
 /// A `[logprob, token_id, text]` entry; a field that is not a number is `None`.
 #[derive(Debug)]
 struct TokenLogprob {
@@ -178,8 +251,8 @@ impl<'de> Deserialize<'de> for TokenLogprob {
                 f.write_str("a [logprob, token_id, text] entry")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TokenLogprob, A::Error> {
-                let logprob = seq.next_element::<Value>()?.and_then(|v| v.as_f64());
-                let id = seq.next_element::<Value>()?.and_then(|v| v.as_u64());
+                let logprob = seq.next_element::<Number>()?.and_then(|n| n.as_f64());
+                let id = seq.next_element::<Number>()?.and_then(|n| n.as_u64());
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(TokenLogprob { logprob, id })
             }
@@ -310,5 +383,17 @@ mod tests {
         assert!(SglangBackend::parse_output(&backend().http, typed(mismatched), false).is_err());
         let bad_entry = json!({"meta_info": {"output_token_logprobs": [[null, 3, null]]}});
         assert!(SglangBackend::parse_output(&backend().http, typed(bad_entry), false).is_err());
+        for entry in [
+            json!([-0.5, "3"]),
+            json!([-0.5, -3]),
+            json!([-0.5, 3.5]),
+            json!([[1], 3]),
+        ] {
+            let output = json!({"meta_info": {"output_token_logprobs": [entry]}});
+            assert!(SglangBackend::parse_output(&backend().http, typed(output), false).is_err());
+        }
+        let odd = json!({"meta_info": {"output_token_logprobs": [[-1, 3, {"t": [1]}, "x"]]}});
+        let g = SglangBackend::parse_output(&backend().http, typed(odd), false).unwrap();
+        assert_eq!((g.token_ids, g.logprobs), (vec![3], vec![-1.0]));
     }
 }

@@ -11,18 +11,30 @@ pub async fn read_json<T: DeserializeOwned>(
     mut payload: web::Payload,
     limit: usize,
 ) -> Result<T, ApiError> {
-    let mut bytes = web::BytesMut::new();
+    // Chunks are kept as they came and joined once, at their total size: a body usually comes
+    // in one chunk, which is then parsed where it lies.
+    let mut chunks: Vec<web::Bytes> = Vec::new();
+    let mut len = 0;
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| match e {
             actix_web::error::PayloadError::Overflow => too_large(limit),
             other => ApiError::bad_request(format!("cannot read request body: {other}")),
         })?;
-        if bytes.len() + chunk.len() > limit {
+        len += chunk.len();
+        if len > limit {
             return Err(too_large(limit));
         }
-        bytes.extend_from_slice(&chunk);
+        chunks.push(chunk);
     }
-    let body: &[u8] = if bytes.is_empty() { b"{}" } else { &bytes };
+    let joined;
+    let body: &[u8] = match chunks.as_slice() {
+        _ if len == 0 => b"{}",
+        [one] => one,
+        many => {
+            joined = many.concat();
+            &joined
+        }
+    };
     serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             ApiError::bad_request(format!("invalid request: {e}"))

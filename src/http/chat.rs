@@ -2,8 +2,8 @@
 
 use super::body::read_json;
 use super::response::{
-    CallIds, chat_logprobs, chat_message, envelope, json_response, sampled_choice, shape_choice,
-    with_prompt_ids,
+    CallIds, ChatChoice, chat_logprobs, chat_message, envelope, json_response, sampled_choice,
+    shape_choice, with_prompt_ids,
 };
 use super::{ApiError, AppState};
 use crate::backend::GenerateRequest;
@@ -159,18 +159,15 @@ impl Attempt {
             .iter()
             .zip(&self.generations)
             .enumerate()
-            .map(|(index, (reply, generation))| {
-                let mut choice = json!({
-                    "index": index,
-                    "message": chat_message(reply),
-                    "finish_reason": reply.finish_reason,
-                    "logprobs": request.logprobs.then(|| chat_logprobs(tokenizer, generation)),
-                    "token_ids": generation.token_ids,
-                });
-                if let Some(stop) = &generation.stop {
-                    choice["stop_reason"] = json!(stop);
-                }
-                choice
+            .map(|(index, (reply, generation))| ChatChoice {
+                index,
+                message: chat_message(reply),
+                finish_reason: reply.finish_reason,
+                logprobs: request
+                    .logprobs
+                    .then(|| chat_logprobs(tokenizer, generation)),
+                token_ids: &generation.token_ids,
+                stop_reason: generation.stop.as_ref(),
             })
             .collect();
         let completion_tokens: usize = self.generations.iter().map(|g| g.token_ids.len()).sum();

@@ -201,6 +201,21 @@ impl Proxy {
         send(request).await
     }
 
+    /// POSTs `pieces` as one chunked body, each piece its own chunk.
+    pub async fn post_chunked(&self, path: &str, pieces: Vec<String>) -> (u16, Value) {
+        let chunks = futures::stream::iter(
+            pieces
+                .into_iter()
+                .map(|piece| Ok::<_, std::io::Error>(bytes::Bytes::from(piece))),
+        );
+        let request = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(chunks));
+        send(request).await
+    }
+
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         send(self.client.delete(format!("{}{path}", self.url))).await
     }

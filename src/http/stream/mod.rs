@@ -288,7 +288,8 @@ impl StreamedTurn {
     fn with_tokens(&self, mut chunk: Value, sampled: &Generation) -> Value {
         chunk["choices"][0]["token_ids"] = json!(sampled.token_ids);
         if self.request.logprobs {
-            chunk["choices"][0]["logprobs"] = chat_logprobs(&self.state.turn.tokenizer, sampled);
+            let logprobs = chat_logprobs(&self.state.turn.tokenizer, sampled);
+            chunk["choices"][0]["logprobs"] = serde_json::to_value(logprobs).unwrap_or(Value::Null);
         }
         chunk
     }
