@@ -4,7 +4,10 @@
 //! - `prepare_turn`: render, match, split, tokenize, extend;
 //! - `request_to_backend_body`: the same from the request's JSON bytes to the backend's
 //!   `input_ids` JSON, i.e. everything a turn costs in proportion to its history except the
-//!   sockets (`cargo bench --bench load` measures those too, but a separate process is noisier).
+//!   sockets (`cargo bench --bench load` measures those too, but a separate process is noisier);
+//! - `render_history`: the chat template's render of the whole conversation alone, the part
+//!   of a turn that must grow with its history for the prompt to stay exact;
+//! - `render_short`: the render of a short tool conversation.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rollout_proxy::backend::{FinishReason, Generation};
@@ -123,6 +126,43 @@ fn bench_pipeline(c: &mut Criterion) {
     group.finish();
 }
 
+/// The render alone of a conversation shaped like the load bench's growth rollout (two
+/// messages of ~270 tokens a turn), at turn 1, 32 and 128.
+fn bench_render_history(c: &mut Criterion) {
+    use rollout_proxy::template::{RenderRequest, TemplateValue};
+    let ctx = context();
+    let pad = "river market window silver garden engine quiet morning harbor signal ".repeat(25);
+    let mut group = c.benchmark_group("render_history");
+    for turns in [1usize, 32, 128] {
+        let mut messages =
+            vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+        for turn in 0..turns {
+            messages.push(json!({"role": "user", "content": format!("question {turn}: {pad}")}));
+            if turn + 1 < turns {
+                messages.push(json!({"role": "assistant", "content": format!("answer: {pad}")}));
+            }
+        }
+        let req = request(&messages);
+        let values: Vec<TemplateValue> =
+            req.messages.iter().map(|m| m.to_template_value()).collect();
+        let values = TemplateValue::from(values);
+        let render = || {
+            ctx.template
+                .render(RenderRequest {
+                    messages: &values,
+                    tools: None,
+                    add_generation_prompt: true,
+                    kwargs: Some(&req.template_kwargs),
+                })
+                .unwrap()
+        };
+        let tokens = ctx.tokenizer.encode(&render()).unwrap().len();
+        let id = format!("turn_{turns}_{}_messages_{tokens}_tokens", messages.len());
+        group.bench_function(id, |b| b.iter(render));
+    }
+    group.finish();
+}
+
 /// The render of a short tool conversation (the load test's turn 5), the part of a short turn
 /// that grows with the tools declared.
 fn bench_render_short(c: &mut Criterion) {
@@ -162,5 +202,11 @@ fn bench_render_short(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_turn, bench_pipeline, bench_render_short);
+criterion_group!(
+    benches,
+    bench_turn,
+    bench_pipeline,
+    bench_render_history,
+    bench_render_short
+);
 criterion_main!(benches);
