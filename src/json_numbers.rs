@@ -19,6 +19,9 @@ const ITEM_MAX: usize = 40;
 /// Room an id takes while written: eight bytes stored at once, or a comma and ten digits.
 const ID_MAX: usize = 11;
 
+/// Items copied at once by [`NumberArray::repeat`].
+const REPEAT_BLOCK: usize = 64;
+
 /// Ids written between checks for room in the stack buffer.
 const IDS_PER_BATCH: usize = 32;
 
@@ -86,12 +89,38 @@ impl<'a> NumberArray<'a> {
         self.at += text.len();
     }
 
+    /// Appends `count` copies of a number already in JSON form (at most 39 bytes): the runs of
+    /// `-100` and `1.0` that fill most of a node's arrays.
+    pub fn repeat(&mut self, text: &[u8], count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.literal(text);
+        let rest = count - 1;
+        let mut item = Vec::with_capacity(text.len() + 1);
+        item.push(b',');
+        item.extend_from_slice(text);
+        let block = item.repeat(rest.min(REPEAT_BLOCK));
+        self.out.extend_from_slice(&self.chunk[..self.at]);
+        self.at = 0;
+        self.out.reserve(rest * item.len());
+        for _ in 0..rest / REPEAT_BLOCK {
+            self.out.extend_from_slice(&block);
+        }
+        self.out
+            .extend_from_slice(&block[..(rest % REPEAT_BLOCK) * item.len()]);
+    }
+
     /// Appends a float as serde_json writes it (shortest round-trip form; `null` if not
     /// finite).
     pub fn float(&mut self, value: f64) {
-        let mut text = Vec::with_capacity(24);
-        match serde_json::to_writer(&mut text, &value) {
-            Ok(()) => self.literal(&text),
+        let mut text = [0u8; ITEM_MAX];
+        let mut unused: &mut [u8] = &mut text;
+        match serde_json::to_writer(&mut unused, &value) {
+            Ok(()) => {
+                let written = ITEM_MAX - unused.len();
+                self.literal(&text[..written]);
+            }
             Err(_) => self.literal(b"null"),
         }
     }
@@ -198,6 +227,36 @@ mod tests {
     use serde_json::{Value, json};
 
     #[test]
+    fn floats_are_written_as_serde_json_writes_them() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1e-7,
+            1e300,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+        ];
+        values.extend((0..20_000).map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            f64::from_bits(seed)
+        }));
+        values.extend((0..20_000).map(|i| f64::from(-(i as f32) / 997.0)));
+        for value in values {
+            let mut out = Vec::new();
+            let mut array = NumberArray::new(&mut out);
+            array.float(value);
+            array.finish();
+            let expected = format!("[{}]", serde_json::to_string(&value).unwrap());
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
+    }
+
+    #[test]
     fn every_id_reads_back_alone_first_and_after_others() {
         let spread = (0..20_000u32).map(|i| i.wrapping_mul(2_654_435_761));
         let ids: Vec<u32> = (0..TABLE_IDS + 1_000).chain(spread).collect();
@@ -242,6 +301,9 @@ mod tests {
             ids.iter().for_each(|&id| array.id(id));
         }
         array.literal(b"-100");
+        array.repeat(b"1.0", 0);
+        array.repeat(b"-100", 1);
+        array.repeat(b"1.0", 150);
         array.float(-0.25);
         array.float(1.0);
         array.float(f64::NAN);
@@ -249,15 +311,21 @@ mod tests {
         array.finish();
         let parsed: Value = serde_json::from_slice(&out).unwrap();
         let mut expected: Vec<Value> = (0..300).flat_map(|_| ids.map(|id| json!(id))).collect();
+        expected.push(json!(-100));
+        expected.push(json!(-100));
+        expected.extend((0..150).map(|_| json!(1.0)));
         expected.extend([
-            json!(-100),
             json!(-0.25),
             json!(1.0),
             Value::Null,
             json!(f64::from(-1.234_567_9_f32)),
         ]);
         assert_eq!(parsed, Value::Array(expected));
-        assert!(out.ends_with(b",-100,-0.25,1.0,null,-1.2345678806304932]"));
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.ends_with(&format!(
+            ",-100,-100{},-0.25,1.0,null,-1.2345678806304932]",
+            ",1.0".repeat(150)
+        )));
 
         let mut empty = Vec::new();
         NumberArray::new(&mut empty).finish();

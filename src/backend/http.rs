@@ -76,6 +76,9 @@ impl std::ops::IndexMut<&str> for IdsBody<'_> {
 /// Longest wait for a health or metadata probe (`/health`, `/props`, `/openapi.json`).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long an idle pooled connection to a backend is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// URLs a thread keeps parsed for one server (its few endpoints).
 const URLS_KEPT: usize = 16;
 
@@ -114,6 +117,9 @@ impl JsonClient {
         self.clients.get_or(|| ThreadClient {
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
+                // Under the 5 s after which llama-server, uvicorn (vLLM, SGLang) and most
+                // servers close an idle connection: one the server is closing is not reused.
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .tcp_nodelay(true)
                 .build()
                 .expect("HTTP client builds with default TLS-free settings"),

@@ -134,21 +134,22 @@ fn write_node(
     let mut array = NumberArray::new(out);
     array.ids(&tokens);
     array.finish();
+    // Written run by run: a node is mostly prompt runs, whose mask and logprob are constants.
     out.extend_from_slice(b",\"masked_tokens\":");
     let mut array = NumberArray::new(out);
-    for (&id, sampled) in tokens.iter().zip(node.position_logprobs()) {
+    for (range, sampled) in node.runs() {
         match sampled {
-            Some(_) => array.id(id),
-            None => array.literal(b"-100"),
+            Some(_) => array.ids(&tokens[range]),
+            None => array.repeat(b"-100", range.len()),
         }
     }
     array.finish();
     out.extend_from_slice(b",\"logprobs\":");
     let mut array = NumberArray::new(out);
-    for sampled in node.position_logprobs() {
+    for (range, sampled) in node.runs() {
         match sampled {
-            Some(logprob) => array.float(f64::from(logprob)),
-            None => array.literal(b"1.0"),
+            Some(logprobs) => logprobs.iter().for_each(|&lp| array.float(f64::from(lp))),
+            None => array.repeat(b"1.0", range.len()),
         }
     }
     array.finish();

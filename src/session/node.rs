@@ -7,6 +7,7 @@
 use super::completion::CompletionId;
 use super::ids::TokenIds;
 use serde::Serialize;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// A half-open range of token positions the model sampled.
@@ -148,15 +149,29 @@ impl Node {
             .copy_into(span.start as usize..span.end as usize, out);
     }
 
-    /// For each position, the backend's logprob where the model sampled it, `None` where it
-    /// did not (masked, logprob 1.0 for trainers). Zip with [`Node::tokens`] for the ids.
-    pub fn position_logprobs(&self) -> impl Iterator<Item = Option<f32>> + '_ {
+    /// The node as consecutive runs of positions, in order: a prompt run (`None`: masked,
+    /// logprob 1.0 for trainers) or a sampled run with the backend's logprobs. Index
+    /// [`Node::tokens`] with the ranges for the ids.
+    pub fn runs(&self) -> impl Iterator<Item = (Range<usize>, Option<&[f32]>)> + '_ {
+        let mut at = 0;
+        let mut logprobs = self.sampled_logprobs.as_slice();
         let mut spans = self.sampled.iter().peekable();
-        let mut logprobs = self.sampled_logprobs.iter().copied();
-        (0..self.tokens.len()).map(move |at| {
-            while spans.next_if(|span| span.end as usize <= at).is_some() {}
-            let sampled = spans.peek().is_some_and(|span| span.start as usize <= at);
-            if sampled { logprobs.next() } else { None }
+        std::iter::from_fn(move || {
+            let next = match spans.peek() {
+                Some(span) if span.start as usize == at => {
+                    let range = span.start as usize..span.end as usize;
+                    // Equal by construction (`push_sampled`); never a panic if not.
+                    let (sampled, rest) = logprobs.split_at(range.len().min(logprobs.len()));
+                    logprobs = rest;
+                    spans.next();
+                    (range, Some(sampled))
+                }
+                Some(span) => (at..span.start as usize, None),
+                None if at < self.tokens.len() => (at..self.tokens.len(), None),
+                None => return None,
+            };
+            at = next.0.end;
+            Some(next)
         })
     }
 }
@@ -173,23 +188,23 @@ mod tests {
         node.push_prompt(&[6]);
         node.push_sampled(&[7], &[-1.0]);
         assert_eq!(node.tokens(), vec![1, 2, 3, 4, 5, 6, 7]);
-        let positions: Vec<_> = node
-            .tokens()
-            .into_iter()
-            .zip(node.position_logprobs())
-            .collect();
+        let runs: Vec<_> = node.runs().collect();
         assert_eq!(
-            positions,
+            runs,
             [
-                (1, None),
-                (2, None),
-                (3, None),
-                (4, Some(-0.5)),
-                (5, Some(-0.25)),
-                (6, None),
-                (7, Some(-1.0))
+                (0..3, None),
+                (3..5, Some(&[-0.5, -0.25][..])),
+                (5..6, None),
+                (6..7, Some(&[-1.0][..])),
             ]
         );
+        let mut sampled_first = Node::default();
+        sampled_first.push_sampled(&[4], &[-0.5]);
+        assert_eq!(
+            sampled_first.runs().collect::<Vec<_>>(),
+            [(0..1, Some(&[-0.5][..]))]
+        );
+        assert_eq!(Node::default().runs().count(), 0);
         assert_eq!(node.slice(node.sampled_spans()[0]), vec![4, 5]);
     }
 }
