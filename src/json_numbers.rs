@@ -321,7 +321,7 @@ mod tests {
             json!(f64::from(-1.234_567_9_f32)),
         ]);
         assert_eq!(parsed, Value::Array(expected));
-        let text = String::from_utf8(out.clone()).unwrap();
+        let text = String::from_utf8(out).unwrap();
         assert!(text.ends_with(&format!(
             ",-100,-100{},-0.25,1.0,null,-1.2345678806304932]",
             ",1.0".repeat(150)

@@ -372,7 +372,7 @@ struct FunctionOut<'a> {
     arguments: &'a str,
 }
 
-/// The `message` object of a chat choice.
+/// The `message` of the choice shown for `reply`.
 pub fn chat_message(reply: &ChoiceReply) -> ChatReplyMessage<'_> {
     ChatReplyMessage {
         role: "assistant",
