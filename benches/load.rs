@@ -1,10 +1,11 @@
 //! A rollout load generator and a zero-latency SGLang upstream, both in Rust, against the
 //! release `rollout-proxy` binary as a separate process (so its CPU is its own):
 //!
-//! - load: R rollouts, C at a time, T turns each, the Python harness's workload (system prompt,
-//!   tools, a Hermes tool call answered by a tool result, then a text reply answered by the next
-//!   question; the upstream alternates by whether the prompt ends with a tool response), every
-//!   rollout checked to be one node with equal token/mask/logprob lengths, then deleted.
+//! - load: R rollouts, C at a time, T turns each, the Python harness's workload (`workload.rs`:
+//!   its system prompt, questions and three tools; Hermes tool calls answered by tool results,
+//!   text replies answered by the next question; the upstream answers from the harness's reply
+//!   pool), every rollout checked to be one node with equal token/mask/logprob lengths, then
+//!   deleted.
 //!   Reports turns/s, the proxy's CPU per turn (from its threads' schedstat, nanoseconds),
 //!   turn latency percentiles and the proxy's RSS.
 //! - growth: one long rollout, the proxy's CPU for each turn as its history grows (tool results
@@ -18,6 +19,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "load/workload.rs"]
+mod workload;
 
 use common::fixture_model;
 use common::mock_worker::{MockWorker, Sample, Wire};
@@ -26,25 +29,13 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-const SYSTEM: &str = "You are a helpful assistant. Use the tools when they help. Answer concisely.";
-const QUESTIONS: &[&str] = &[
-    "What's the weather like in Paris right now?",
-    "Is it raining in Tokyo? I need to decide about an umbrella.",
-    "How many people live in Lisbon?",
-    "Should I bring a jacket to Reykjavik tonight?",
-];
+use workload::{QUESTIONS, SYSTEM, tools};
 
 fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn tools() -> Value {
-    json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
 }
 
 /// The proxy process: its CPU time (all threads, ns) and resident memory.
@@ -130,25 +121,25 @@ impl Drop for ProxyProcess {
     }
 }
 
-/// A zero-latency upstream: a tool call unless the prompt ends with a tool response, then text.
+/// A zero-latency upstream answering from the harness's reply pool, each reply ending with
+/// `<|im_end|>`.
 fn upstream(tokenizer: &Tokenizer) -> MockWorker {
-    let encode = |text: &str| tokenizer.encode(text).unwrap();
-    let call = encode(
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>",
+    let encode = |replies: &[&str]| -> Vec<Vec<u32>> {
+        replies
+            .iter()
+            .map(|reply| tokenizer.encode(&format!("{reply}<|im_end|>")).unwrap())
+            .collect()
+    };
+    let (tool, text) = (
+        encode(workload::TOOL_REPLIES),
+        encode(workload::TEXT_REPLIES),
     );
-    let text =
-        encode("It is 18 degrees and sunny there, with a light breeze from the west.<|im_end|>");
     let tool_response_end = tokenizer
         .token_id("</tool_response>")
         .expect("a Qwen3 token");
     let worker = MockWorker::start(Wire::Sglang);
     worker.respond_with(Arc::new(move |prompt: &[u32]| {
-        let tail = &prompt[prompt.len().saturating_sub(8)..];
-        Sample::stop(if tail.contains(&tool_response_end) {
-            text.clone()
-        } else {
-            call.clone()
-        })
+        Sample::stop(workload::reply_for(prompt, tool_response_end, &tool, &text).clone())
     }));
     worker
 }
@@ -182,19 +173,22 @@ async fn rollout(
         json!({"role": "system", "content": SYSTEM}),
         json!({"role": "user", "content": QUESTIONS[index % QUESTIONS.len()]}),
     ];
+    let mut rng = workload::rollout_rng(index);
+    let mut questions_asked = 1;
     let mut latencies = Vec::with_capacity(turns);
-    for turn in 0..turns {
+    for _ in 0..turns {
         let body =
             json!({"messages": messages, "tools": tools(), "max_tokens": 256, "temperature": 1.0});
         let start = Instant::now();
         let reply = post(client, &chat, &body).await;
         latencies.push(start.elapsed());
-        answer(
+        let asked = answer(
             &mut messages,
             &reply,
-            QUESTIONS[(index + turn + 1) % QUESTIONS.len()].to_string(),
-            "{\"temp_c\": 18, \"conditions\": \"sunny\"}".to_string(),
+            QUESTIONS[(index + questions_asked) % QUESTIONS.len()],
+            |call| workload::tool_result(call, &mut rng),
         );
+        questions_asked += usize::from(asked);
     }
     let nodes = nodes_of(client, base, &uuid).await;
     assert_eq!(
@@ -342,8 +336,8 @@ async fn growth_rollout(
         answer(
             &mut messages,
             &reply,
-            format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()]),
-            format!("{{\"notes\": \"{pad}\"}}"),
+            &format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()]),
+            |_| format!("{{\"notes\": \"{pad}\"}}"),
         );
     }
     let nodes = nodes_of(client, base, uuid).await;
@@ -356,9 +350,14 @@ async fn growth_rollout(
     curve
 }
 
-/// Appends the reply's message, then a tool result for each of its calls or, without calls,
-/// the next user turn.
-fn answer(messages: &mut Vec<Value>, reply: &Value, next_user: String, tool_result: String) {
+/// Appends the reply's message exactly as returned, then the environment's result for each of
+/// its calls or, without calls, the next user turn (then returns `true`).
+fn answer(
+    messages: &mut Vec<Value>,
+    reply: &Value,
+    next_user: &str,
+    mut tool_result: impl FnMut(&Value) -> String,
+) -> bool {
     let message = reply["choices"][0]["message"].clone();
     let calls = message["tool_calls"]
         .as_array()
@@ -368,9 +367,12 @@ fn answer(messages: &mut Vec<Value>, reply: &Value, next_user: String, tool_resu
     if calls.is_empty() {
         messages.push(json!({"role": "user", "content": next_user}));
     }
-    for call in calls {
-        messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": tool_result}));
+    for call in &calls {
+        messages.push(
+            json!({"role": "tool", "tool_call_id": call["id"], "content": tool_result(call)}),
+        );
     }
+    calls.is_empty()
 }
 
 /// `GET /{uuid}/nodes`.

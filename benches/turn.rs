@@ -185,7 +185,8 @@ fn bench_render_short(c: &mut Criterion) {
     let values: Vec<TemplateValue> = req.messages.iter().map(|m| m.to_template_value()).collect();
     let values = TemplateValue::from(values);
     let mut group = c.benchmark_group("render_short");
-    for (name, tools) in [("no_tools", None), ("one_tool", req.tools.as_ref())] {
+    let declared = req.tools.as_ref().map(|tools| tools.json());
+    for (name, tools) in [("no_tools", None), ("one_tool", declared)] {
         group.bench_function(name, |b| {
             b.iter(|| {
                 ctx.template

@@ -29,6 +29,8 @@ async fn bad_requests_are_400_and_change_nothing() {
         json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).to_string(),
         json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})
             .to_string(),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": {"type": "function"}})
+            .to_string(),
         json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})
             .to_string(),
         json!({"messages": []}).to_string(),

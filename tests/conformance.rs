@@ -57,11 +57,12 @@ fn golden_renders_match_byte_for_byte() {
         for case in cases {
             total += 1;
             let messages = preprocess(&case["messages"]);
-            let tools = case.get("tools").filter(|t| !t.is_null());
+            let tools = case.get("tools").filter(|t| !t.is_null()).cloned();
+            let tools = tools.map(std::sync::Arc::new);
             let kwargs = case["kwargs"].as_object();
             let result = template.render(RenderRequest {
                 messages: &json_value(&messages),
-                tools,
+                tools: tools.as_ref(),
                 add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
                 kwargs,
             });

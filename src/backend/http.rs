@@ -3,6 +3,7 @@
 
 use super::{BackendError, EventStream, StreamEvent};
 use crate::json_numbers::NumberArray;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -11,17 +12,18 @@ use std::time::Duration;
 use thread_local::ThreadLocal;
 
 /// A JSON request body whose token ids are written straight from the prompt (a long prompt
-/// costs no JSON value per token); the other fields are `rest`, reachable by index.
+/// costs no JSON value per token); the other fields are those of `rest`, an object: a typed
+/// struct where a backend's body is sent every turn, or a JSON value (reachable by index).
 #[derive(Debug, Clone)]
-pub struct IdsBody<'a> {
+pub struct IdsBody<'a, R = Value> {
     pub key: &'static str,
     pub ids: &'a [u32],
-    pub rest: Value,
+    pub rest: R,
 }
 
-impl<'a> IdsBody<'a> {
+impl<'a, R: Serialize> IdsBody<'a, R> {
     /// `ids` under `key`, then the fields of the object `rest`.
-    pub fn new(key: &'static str, ids: &'a [u32], rest: Value) -> Self {
+    pub fn new(key: &'static str, ids: &'a [u32], rest: R) -> Self {
         Self { key, ids, rest }
     }
 }
@@ -37,11 +39,12 @@ impl JsonBody for Value {
     }
 }
 
-impl JsonBody for IdsBody<'_> {
+impl<R: Serialize> JsonBody for IdsBody<'_, R> {
     /// One buffer sized up front, ids written by [`NumberArray`]: a 70k-token prompt is
     /// written every turn.
     fn to_json(&self) -> Vec<u8> {
-        let rest = self.rest.to_string();
+        // Serialising a struct or a JSON object cannot fail: no map has non-string keys.
+        let rest = serde_json::to_vec(&self.rest).unwrap_or_default();
         let mut out = Vec::with_capacity(self.key.len() + 8 * self.ids.len() + rest.len() + 8);
         out.extend_from_slice(b"{\"");
         out.extend_from_slice(self.key.as_bytes());
@@ -49,10 +52,10 @@ impl JsonBody for IdsBody<'_> {
         let mut array = NumberArray::new(&mut out);
         array.ids(self.ids);
         array.finish();
-        match rest.strip_prefix('{').filter(|r| *r != "}") {
+        match rest.strip_prefix(b"{").filter(|r| *r != b"}") {
             Some(fields) => {
                 out.push(b',');
-                out.extend_from_slice(fields.as_bytes());
+                out.extend_from_slice(fields);
             }
             None => out.push(b'}'),
         }

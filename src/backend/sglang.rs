@@ -1,15 +1,15 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
-use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
+use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{
     Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
     StreamEvent,
 };
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::time::Duration;
 
 /// An SGLang server.
@@ -27,30 +27,26 @@ impl SglangBackend {
         }
     }
 
-    fn body(request: &GenerateRequest) -> IdsBody<'_> {
+    fn body(request: &GenerateRequest, stream: bool) -> IdsBody<'_, GenerateFields<'_>> {
         let p = &request.params;
-        let mut sampling = json!({ "n": request.n });
-        set_present(
-            &mut sampling,
-            [
-                ("max_new_tokens", p.max_tokens.map(Value::from)),
-                ("temperature", p.temperature.map(Value::from)),
-                ("top_p", p.top_p.map(Value::from)),
-                ("top_k", p.top_k.map(Value::from)),
-                ("min_p", p.min_p.map(Value::from)),
-                ("sampling_seed", p.seed.map(Value::from)),
-                ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
-            ],
-        );
-        let rest = json!({
-            "sampling_params": sampling,
-            "return_logprob": true,
-            "logprob_start_len": -1,
-            "top_logprobs_num": p.top_logprobs.unwrap_or(0),
-            "return_text_in_logprobs": false,
-            "stream": false,
-        });
-        IdsBody::new("input_ids", &request.prompt, rest)
+        let fields = GenerateFields {
+            sampling_params: SamplingFields {
+                n: request.n,
+                max_new_tokens: p.max_tokens,
+                temperature: p.temperature,
+                top_p: p.top_p,
+                top_k: p.top_k,
+                min_p: p.min_p,
+                sampling_seed: p.seed,
+                stop: &p.stop,
+            },
+            return_logprob: true,
+            logprob_start_len: -1,
+            top_logprobs_num: p.top_logprobs.unwrap_or(0),
+            return_text_in_logprobs: false,
+            stream,
+        };
+        IdsBody::new("input_ids", &request.prompt, fields)
     }
 
     fn parse_output(
@@ -112,6 +108,38 @@ impl SglangBackend {
         generation.cached_tokens = meta.cached_tokens.as_u64().map(|n| n as u32);
         Ok(generation)
     }
+}
+
+/// The fields of a `/generate` request besides `input_ids`, typed because one is written
+/// every turn (building them as JSON maps cost about 2% of a short turn).
+#[derive(Debug, Serialize)]
+struct GenerateFields<'r> {
+    sampling_params: SamplingFields<'r>,
+    return_logprob: bool,
+    logprob_start_len: i32,
+    top_logprobs_num: u32,
+    return_text_in_logprobs: bool,
+    stream: bool,
+}
+
+/// SGLang's `SamplingParams`; absent ones keep the server's default.
+#[derive(Debug, Serialize)]
+struct SamplingFields<'r> {
+    n: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_new_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sampling_seed: Option<i64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'r [String],
 }
 
 /// The outputs of `/generate`: one object, or an array of them when `n` > 1.
@@ -270,7 +298,7 @@ impl Backend for SglangBackend {
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
         let Outputs(outputs) = self
             .http
-            .post(&self.root, "/generate", &Self::body(request))
+            .post(&self.root, "/generate", &Self::body(request, false))
             .await?;
         let want_top = request.params.top_logprobs.is_some();
         outputs
@@ -283,11 +311,9 @@ impl Backend for SglangBackend {
         &self,
         request: &GenerateRequest,
     ) -> Result<EventStream, BackendError> {
-        let mut body = Self::body(request);
-        body["stream"] = json!(true);
         let bytes = self
             .http
-            .post_stream(&self.root, "/generate", &body)
+            .post_stream(&self.root, "/generate", &Self::body(request, true))
             .await?;
         let http = self.http.clone();
         let want_top = request.params.top_logprobs.is_some();
@@ -334,6 +360,9 @@ impl Backend for SglangBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::SamplingParams;
+    use crate::backend::http::JsonBody;
+    use serde_json::json;
 
     fn typed(output: Value) -> Output {
         serde_json::from_value(output).unwrap()
@@ -350,6 +379,46 @@ mod tests {
         let Outputs(outputs) = serde_json::from_str(&two).unwrap();
         assert_eq!(outputs.len(), 2);
         assert!(serde_json::from_str::<Outputs>("3").is_err());
+    }
+
+    #[test]
+    fn generate_bodies_send_the_ids_logprob_flags_and_only_the_sampling_fields_given() {
+        let mut request = GenerateRequest {
+            prompt: vec![1, 2],
+            params: SamplingParams::default(),
+            n: 1,
+        };
+        let body = |request: &GenerateRequest, stream| {
+            let bytes = SglangBackend::body(request, stream).to_json();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        assert_eq!(
+            body(&request, false),
+            json!({"input_ids": [1, 2], "sampling_params": {"n": 1}, "return_logprob": true,
+                "logprob_start_len": -1, "top_logprobs_num": 0,
+                "return_text_in_logprobs": false, "stream": false})
+        );
+        request.n = 3;
+        request.params = SamplingParams {
+            max_tokens: Some(8),
+            temperature: Some(0.5),
+            top_p: Some(0.9),
+            top_k: Some(5),
+            min_p: Some(0.1),
+            seed: Some(-7),
+            stop: vec!["x".into()],
+            top_logprobs: Some(2),
+        };
+        let streamed = body(&request, true);
+        assert_eq!(
+            streamed["sampling_params"],
+            json!({"n": 3, "max_new_tokens": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
+                "min_p": 0.1, "sampling_seed": -7, "stop": ["x"]})
+        );
+        assert_eq!(
+            (&streamed["top_logprobs_num"], &streamed["stream"]),
+            (&json!(2), &json!(true))
+        );
     }
 
     fn backend() -> SglangBackend {

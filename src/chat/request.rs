@@ -3,8 +3,11 @@
 use super::messages::{ChatMessage, MessageError};
 use super::wire::WireMessage;
 use crate::backend::SamplingParams;
+use crate::tools::{DeclaredTools, ToolsError};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// Most samples one request may ask for.
 pub const MAX_N: u32 = 128;
@@ -45,7 +48,8 @@ pub struct ChatCompletionBody {
     pub seed: Option<i64>,
     pub n: Option<u32>,
     pub stop: Option<StopField>,
-    pub tools: Option<Vec<Value>>,
+    /// Kept as text: [`DeclaredTools::from_raw`] reads each distinct list once.
+    pub tools: Option<Box<RawValue>>,
     pub tool_choice: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
     pub logprobs: Option<bool>,
@@ -79,7 +83,7 @@ pub enum ToolChoice {
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
-    pub tools: Option<Value>,
+    pub tools: Option<Arc<DeclaredTools>>,
     pub tool_choice: ToolChoice,
     pub template_kwargs: Map<String, Value>,
     pub add_generation_prompt: bool,
@@ -107,6 +111,8 @@ pub enum RequestError {
     EmptyMessages,
     #[error(transparent)]
     Message(#[from] MessageError),
+    #[error(transparent)]
+    Tools(#[from] ToolsError),
     #[error("{0}")]
     Invalid(String),
 }
@@ -148,12 +154,9 @@ impl ChatRequest {
                 "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
             )));
         }
-        let tools = match body.tools {
-            Some(tools) if !tools.is_empty() => {
-                validate_tools(&tools)?;
-                Some(Value::Array(tools))
-            }
-            _ => None,
+        let tools = match &body.tools {
+            Some(raw) => DeclaredTools::from_raw(raw)?,
+            None => None,
         };
         let tool_choice = parse_tool_choice(body.tool_choice.as_ref())?;
         let logprobs = body.logprobs.unwrap_or(false);
@@ -201,13 +204,7 @@ impl ChatRequest {
 
     /// Names of the declared tools that `tool_choice` allows the model to call.
     pub fn callable_tools(&self) -> Vec<String> {
-        let declared = self
-            .tools
-            .as_ref()
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str));
+        let declared = self.tools.iter().flat_map(|tools| tools.names());
         match &self.tool_choice {
             ToolChoice::None => Vec::new(),
             ToolChoice::Function(name) => {
@@ -216,22 +213,6 @@ impl ChatRequest {
             ToolChoice::Auto | ToolChoice::Required => declared.map(str::to_string).collect(),
         }
     }
-}
-
-fn validate_tools(tools: &[Value]) -> Result<(), RequestError> {
-    for (i, tool) in tools.iter().enumerate() {
-        let name = tool.pointer("/function/name").and_then(Value::as_str);
-        let kind = tool
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("function");
-        if kind != "function" || name.is_none() {
-            return Err(RequestError::Invalid(format!(
-                "tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn parse_tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {

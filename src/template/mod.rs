@@ -63,8 +63,9 @@ pub struct RenderRequest<'a> {
     /// Messages as transformers hands them to the template: a list of maps. A turn converts
     /// them once and may render them twice (see [`json_value`] for JSON input).
     pub messages: &'a Value,
-    /// Tool schemas; `None` renders `tools` as none.
-    pub tools: Option<&'a serde_json::Value>,
+    /// Tool schemas; `None` renders `tools` as none. Shared, so that a list the template has
+    /// converted before is known by identity.
+    pub tools: Option<&'a Arc<serde_json::Value>>,
     pub add_generation_prompt: bool,
     /// Extra template variables (`chat_template_kwargs`); they override everything else.
     pub kwargs: Option<&'a serde_json::Map<String, serde_json::Value>>,

@@ -8,7 +8,7 @@
 use super::FieldMap;
 use super::pyjson::{DumpOptions, dumps};
 use minijinja::value::{Serde, Value};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// Distinct tool lists kept; a new one replaces the oldest.
 const KEPT: usize = 8;
@@ -19,20 +19,27 @@ pub(super) struct ToolsCache(RwLock<Kept>);
 
 #[derive(Debug, Default)]
 struct Kept {
-    lists: Vec<(serde_json::Value, Value)>,
+    lists: Vec<(Arc<serde_json::Value>, Value)>,
     /// Where the next new list goes once `KEPT` are held.
     next: usize,
 }
 
 impl ToolsCache {
-    /// `tools` as the template gets them.
-    pub(super) fn value_of(&self, tools: &serde_json::Value) -> Value {
-        if let Ok(kept) = self.0.read()
-            && let Some((_, value)) = kept.lists.iter().find(|(json, _)| json == tools)
-        {
-            return value.clone();
+    /// `tools` as the template gets them. A list is found by identity first: requests that
+    /// send the same text share one list (see `DeclaredTools`), and comparing JSON trees cost
+    /// more than the rest of the lookup.
+    pub(super) fn value_of(&self, tools: &Arc<serde_json::Value>) -> Value {
+        if let Ok(kept) = self.0.read() {
+            let mut lists = kept.lists.iter();
+            let found = lists
+                .clone()
+                .find(|(json, _)| Arc::ptr_eq(json, tools))
+                .or_else(|| lists.find(|(json, _)| json == tools));
+            if let Some((_, value)) = found {
+                return value.clone();
+            }
         }
-        let value = match tools {
+        let value = match &**tools {
             serde_json::Value::Array(list) => list.iter().map(tool_value).collect(),
             other => Value::from(Serde(other)),
         };
@@ -75,7 +82,7 @@ mod tests {
         template
             .render(RenderRequest {
                 messages: &Value::from(Vec::<Value>::new()),
-                tools: Some(tools),
+                tools: Some(&Arc::new(tools.clone())),
                 add_generation_prompt: false,
                 kwargs: None,
             })
@@ -107,7 +114,7 @@ mod tests {
         assert_eq!(render(&template, &tools), fresh);
         let kept = template
             .tools
-            .value_of(&tools)
+            .value_of(&Arc::new(tools.clone()))
             .get_item_by_index(0)
             .unwrap();
         let kept = kept.downcast_object_ref::<FieldMap>().unwrap();

@@ -15,8 +15,10 @@ const CAPACITY: usize = 10_000;
 /// A piece (ASCII bytes, before byte-level mapping) and its ids.
 pub(super) type Piece = (Box<[u8]>, Box<[u32]>);
 
-/// Piece → its ids.
-pub(super) type Words = HashMap<Box<[u8]>, Box<[u32]>>;
+/// Piece → its ids. A turn looks up every piece of its new text here, so the hash is
+/// foldhash (randomly seeded per map, so crafted text cannot aim at one bucket) rather than
+/// SipHash, which cost a quarter of a short text's encoding.
+pub(super) type Words = HashMap<Box<[u8]>, Box<[u32]>, foldhash::fast::RandomState>;
 
 /// Ids of known pieces, shared by every thread that encodes with one tokenizer.
 #[derive(Default)]

@@ -94,7 +94,11 @@ mod tests {
     #[test]
     fn mixed_formats_in_document_order() {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "A"}}, {"type": "function", "function": {"name": "B"}}]);
-        let promoter = Promoter::new(Some(&tools), &["A".to_string(), "B".to_string()], true);
+        let promoter = Promoter::new(
+            Some(&crate::tools::test_support::declared(tools)),
+            &["A".to_string(), "B".to_string()],
+            true,
+        );
         let text = "one <function=B><parameter=x>1</parameter></function> two <tool_call>{\"name\": \"A\", \"arguments\": {}}</tool_call> three";
         let out = AutoParser.parse(text, &promoter);
         let names: Vec<&str> = out.calls.iter().map(|c| c.name.as_str()).collect();

@@ -70,13 +70,21 @@ mod tests {
     fn allowed() -> Promoter {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "search",
             "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}}]);
-        Promoter::new(Some(&tools), &["search".to_string()], false)
+        Promoter::new(
+            Some(&crate::tools::test_support::declared(tools)),
+            &["search".to_string()],
+            false,
+        )
     }
 
     fn healing() -> Promoter {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "search",
             "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}}]);
-        Promoter::new(Some(&tools), &["search".to_string()], true)
+        Promoter::new(
+            Some(&crate::tools::test_support::declared(tools)),
+            &["search".to_string()],
+            true,
+        )
     }
 
     #[test]

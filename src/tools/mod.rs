@@ -4,6 +4,7 @@
 //! implements [`ToolParser`]; sessions pick one by name at creation.
 
 mod auto;
+mod declared;
 mod deepseek;
 mod gemma4;
 mod hermes;
@@ -20,6 +21,7 @@ mod test_support;
 mod unsloth_port;
 
 pub use auto::AutoParser;
+pub use declared::{DeclaredTools, ToolsError};
 pub use deepseek::DeepSeekV3Parser;
 pub use gemma4::Gemma4Parser;
 pub use hermes::HermesParser;

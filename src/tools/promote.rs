@@ -5,36 +5,33 @@
 //! default; `auto_heal_tool_calls: false` opts out), a JSON string holding an object is used,
 //! and a bare string goes to the schema's single required string property.
 
+use super::declared::DeclaredTools;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The promotion rules of one request.
 #[derive(Debug, Clone, Default)]
 pub struct Promoter {
-    /// Callable tool name → the key a bare string argument heals to (its schema's single
-    /// required string property), if any. Built per request, so schemas are not copied.
-    callable: HashMap<String, Option<String>>,
+    tools: Option<Arc<DeclaredTools>>,
+    /// Indices of the declared functions that may be called.
+    callable: Vec<usize>,
     heal: bool,
 }
 
 impl Promoter {
     /// Rules for the `tools` declared in a request, of which `callable` may be called.
-    pub fn new(tools: Option<&Value>, callable: &[String], heal: bool) -> Self {
-        let callable = tools
-            .and_then(Value::as_array)
+    pub fn new(tools: Option<&Arc<DeclaredTools>>, callable: &[String], heal: bool) -> Self {
+        let indices = tools
             .into_iter()
-            .flatten()
-            .filter_map(|tool| {
-                let name = tool.pointer("/function/name")?.as_str()?;
-                callable.iter().any(|c| c == name).then(|| {
-                    let key = tool
-                        .pointer("/function/parameters")
-                        .and_then(single_required_string);
-                    (name.to_string(), key.map(str::to_string))
-                })
-            })
+            .flat_map(|tools| tools.names().enumerate())
+            .filter(|(_, name)| callable.iter().any(|c| c == name))
+            .map(|(i, _)| i)
             .collect();
-        Self { callable, heal }
+        Self {
+            tools: tools.cloned(),
+            callable: indices,
+            heal,
+        }
     }
 
     /// Whether any call can be promoted at all.
@@ -50,7 +47,12 @@ impl Promoter {
     /// The arguments (JSON object text) for a call to `name` written with `raw` arguments, or
     /// `None` to leave the call as text.
     pub fn arguments(&self, name: &str, raw: &str) -> Option<String> {
-        let string_key = self.callable.get(name)?;
+        let functions = self.tools.as_ref()?.functions();
+        let function = self
+            .callable
+            .iter()
+            .map(|&i| &functions[i])
+            .find(|f| f.name == name)?;
         let raw = raw.trim();
         if raw.starts_with('{') {
             return serde_json::from_str::<serde_json::Map<String, Value>>(raw)
@@ -66,26 +68,9 @@ impl Promoter {
         if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(&text) {
             return Some(Value::Object(object).to_string());
         }
-        let key = string_key.as_deref()?;
+        let key = function.string_key.as_deref()?;
         Some(serde_json::json!({ key: text }).to_string())
     }
-}
-
-/// The only required property of a schema, if it takes a string (typed string, untyped, or a
-/// type list including string).
-fn single_required_string(schema: &Value) -> Option<&str> {
-    let [key] = schema.get("required")?.as_array()?.as_slice() else {
-        return None;
-    };
-    let key = key.as_str()?;
-    let property = schema.get("properties")?.get(key)?;
-    let takes_string = match property.get("type") {
-        None => true,
-        Some(Value::String(t)) => t == "string",
-        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
-        Some(_) => false,
-    };
-    takes_string.then_some(key)
 }
 
 #[cfg(test)]
@@ -93,12 +78,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn tools() -> Value {
-        json!([
+    fn tools() -> Arc<DeclaredTools> {
+        crate::tools::test_support::declared(json!([
             {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object",
                 "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
             {"type": "function", "function": {"name": "Read", "parameters": {}}},
-        ])
+        ]))
     }
 
     fn all() -> Vec<String> {

@@ -135,7 +135,11 @@ mod tests {
 
     fn promoter(heal: bool) -> Promoter {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "Bash"}}]);
-        Promoter::new(Some(&tools), &["Bash".to_string()], heal)
+        Promoter::new(
+            Some(&crate::tools::test_support::declared(tools)),
+            &["Bash".to_string()],
+            heal,
+        )
     }
 
     #[test]

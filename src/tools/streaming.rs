@@ -129,7 +129,11 @@ mod tests {
 
     fn promoter(heal: bool) -> Promoter {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
-        Promoter::new(Some(&tools), &["search".to_string()], heal)
+        Promoter::new(
+            Some(&crate::tools::test_support::declared(tools)),
+            &["search".to_string()],
+            heal,
+        )
     }
 
     fn stream(stops: &[&str]) -> CallStream {

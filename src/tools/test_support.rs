@@ -1,6 +1,13 @@
 //! Helpers for the parsers' unit tests.
 
-use super::Promoter;
+use super::{DeclaredTools, Promoter};
+use std::sync::Arc;
+
+/// A request's `tools`, checked.
+pub fn declared(tools: serde_json::Value) -> Arc<DeclaredTools> {
+    let list = serde_json::from_value(tools).expect("a list of tools");
+    Arc::new(DeclaredTools::new(list).unwrap().expect("a tool"))
+}
 
 /// Healing rules under which every tool in `names` (no parameters schema) is callable.
 pub fn promoter(names: &[&str]) -> Promoter {
@@ -9,7 +16,7 @@ pub fn promoter(names: &[&str]) -> Promoter {
         .map(|n| serde_json::json!({"type": "function", "function": {"name": n}}))
         .collect();
     Promoter::new(
-        Some(&serde_json::Value::from(tools)),
+        Some(&declared(tools.into())),
         &names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         true,
     )

@@ -47,7 +47,11 @@ fn gate(tools: Option<Value>, extra: Value) -> Option<Vec<String>> {
 
 fn allow(names: &[&str], tools: Value) -> Promoter {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    Promoter::new(Some(&tools), &names, true)
+    Promoter::new(
+        Some(&crate::tools::test_support::declared(tools)),
+        &names,
+        true,
+    )
 }
 
 /// `heal_openai_message` with these names allowed.

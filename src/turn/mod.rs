@@ -280,7 +280,7 @@ fn render_raw(
         .collect();
     Ok(ctx.template.render(RenderRequest {
         messages: &TemplateValue::from(raw),
-        tools: request.tools.as_ref(),
+        tools: request.tools.as_ref().map(|tools| tools.json()),
         add_generation_prompt: request.add_generation_prompt,
         kwargs: Some(&request.template_kwargs),
     })?)

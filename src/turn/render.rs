@@ -62,7 +62,7 @@ pub fn render_turn(
     let render = |add_generation_prompt| {
         template.render(RenderRequest {
             messages,
-            tools: request.tools.as_ref(),
+            tools: request.tools.as_ref().map(|tools| tools.json()),
             add_generation_prompt,
             kwargs: Some(&request.template_kwargs),
         })

@@ -1,0 +1,228 @@
+//! The tools a request declares, read once per distinct list.
+//!
+//! An environment sends the same `tools` on every turn of every rollout. Building them as JSON
+//! values, checking them, comparing them with the template's converted lists and looking up
+//! each function's name and schema cost about a fifth of a short turn with three tools, so each
+//! distinct list is kept read, by its exact JSON text: a turn that sends a known list only
+//! compares bytes.
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// Distinct lists kept; a new one replaces the oldest.
+const KEPT: usize = 8;
+
+/// Why a `tools` field cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsError {
+    #[error("'tools' must be a list of tools: {0}")]
+    NotAList(serde_json::Error),
+    #[error("tools[{0}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")]
+    NotAFunction(usize),
+}
+
+/// A checked, non-empty list of tool schemas.
+#[derive(Debug)]
+pub struct DeclaredTools {
+    json: Arc<Value>,
+    functions: Vec<Function>,
+}
+
+/// What promotion needs of one declared function.
+#[derive(Debug)]
+pub(super) struct Function {
+    pub name: String,
+    /// The key a bare string argument heals to: the schema's single required string
+    /// property, if it has one.
+    pub string_key: Option<String>,
+}
+
+impl DeclaredTools {
+    /// Checks a list of tools; an empty list declares none.
+    pub fn new(list: Vec<Value>) -> Result<Option<Self>, ToolsError> {
+        if list.is_empty() {
+            return Ok(None);
+        }
+        let functions = list
+            .iter()
+            .enumerate()
+            .map(|(i, tool)| {
+                let kind = tool
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("function");
+                let function = tool.get("function");
+                let name = function.and_then(|f| f.get("name")).and_then(Value::as_str);
+                match name {
+                    Some(name) if kind == "function" => Ok(Function {
+                        name: name.to_string(),
+                        string_key: function
+                            .and_then(|f| f.get("parameters"))
+                            .and_then(single_required_string)
+                            .map(str::to_string),
+                    }),
+                    _ => Err(ToolsError::NotAFunction(i)),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some(Self {
+            json: Arc::new(Value::Array(list)),
+            functions,
+        }))
+    }
+
+    /// The tools of a request's `tools` field (its JSON text), read once per distinct text
+    /// while it is among the last few seen.
+    pub fn from_raw(raw: &RawValue) -> Result<Option<Arc<Self>>, ToolsError> {
+        let text = raw.get();
+        if let Some(known) = KNOWN
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .find(text)
+        {
+            return Ok(known);
+        }
+        let list: Vec<Value> = serde_json::from_str(text).map_err(ToolsError::NotAList)?;
+        let tools = Self::new(list)?.map(Arc::new);
+        KNOWN
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keep(text, tools.clone());
+        Ok(tools)
+    }
+
+    /// The list as JSON, shared: templates keep their conversions of it by identity.
+    pub fn json(&self) -> &Arc<Value> {
+        &self.json
+    }
+
+    /// The functions' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.functions.iter().map(|f| f.name.as_str())
+    }
+
+    pub(super) fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+}
+
+/// The lists read most recently, by their JSON text.
+static KNOWN: RwLock<Known> = RwLock::new(Known {
+    lists: Vec::new(),
+    next: 0,
+});
+
+struct Known {
+    lists: Vec<(Box<str>, Option<Arc<DeclaredTools>>)>,
+    /// Where the next new list goes once `KEPT` are held.
+    next: usize,
+}
+
+impl Known {
+    fn find(&self, text: &str) -> Option<Option<Arc<DeclaredTools>>> {
+        self.lists
+            .iter()
+            .find(|(known, _)| **known == *text)
+            .map(|(_, tools)| tools.clone())
+    }
+
+    fn keep(&mut self, text: &str, tools: Option<Arc<DeclaredTools>>) {
+        let entry = (Box::from(text), tools);
+        if self.lists.len() < KEPT {
+            self.lists.push(entry);
+        } else {
+            self.lists[self.next] = entry;
+            self.next = (self.next + 1) % KEPT;
+        }
+    }
+}
+
+/// The only required property of a schema, if it takes a string (typed string, untyped, or a
+/// type list including string).
+fn single_required_string(schema: &Value) -> Option<&str> {
+    let [key] = schema.get("required")?.as_array()?.as_slice() else {
+        return None;
+    };
+    let key = key.as_str()?;
+    let property = schema.get("properties")?.get(key)?;
+    let takes_string = match property.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        Some(_) => false,
+    };
+    takes_string.then_some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(value: &Value) -> Box<RawValue> {
+        RawValue::from_string(value.to_string()).unwrap()
+    }
+
+    #[test]
+    fn reads_names_and_the_key_a_bare_string_heals_to() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object",
+                "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+            {"function": {"name": "Read", "parameters": {}}},
+            {"type": "function", "function": {"name": "Count", "parameters": {
+                "properties": {"n": {"type": "integer"}}, "required": ["n"]}}},
+        ]);
+        let declared = DeclaredTools::new(serde_json::from_value(tools.clone()).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            declared.names().collect::<Vec<_>>(),
+            ["Bash", "Read", "Count"]
+        );
+        let keys: Vec<_> = declared
+            .functions()
+            .iter()
+            .map(|f| f.string_key.as_deref())
+            .collect();
+        assert_eq!(keys, [Some("command"), None, None]);
+        assert_eq!(**declared.json(), tools);
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_list_of_functions_and_reads_an_empty_list_as_none() {
+        assert!(DeclaredTools::new(Vec::new()).unwrap().is_none());
+        assert!(DeclaredTools::from_raw(&raw(&json!([]))).unwrap().is_none());
+        for (tools, error) in [
+            (json!({"name": "f"}), "'tools' must be a list of tools"),
+            (
+                json!([{"type": "function", "function": {}}]),
+                "tools[0] must be",
+            ),
+            (
+                json!([{"type": "function", "function": {"name": "f"}}, {"type": "code"}]),
+                "tools[1] must be",
+            ),
+        ] {
+            let message = DeclaredTools::from_raw(&raw(&tools))
+                .unwrap_err()
+                .to_string();
+            assert!(message.starts_with(error), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_list_sent_again_is_the_one_read_before() {
+        let tools = json!([{"type": "function", "function": {"name": "kept_list_test"}}]);
+        let first = DeclaredTools::from_raw(&raw(&tools)).unwrap().unwrap();
+        let again = DeclaredTools::from_raw(&raw(&tools)).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let spaced = RawValue::from_string(serde_json::to_string_pretty(&tools).unwrap()).unwrap();
+        let reread = DeclaredTools::from_raw(&spaced).unwrap().unwrap();
+        assert!(
+            !Arc::ptr_eq(&first, &reread),
+            "other text is read on its own"
+        );
+        assert_eq!(reread.json(), first.json());
+    }
+}
