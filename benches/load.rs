@@ -42,6 +42,9 @@ fn env_or(key: &str, default: usize) -> usize {
 struct ProxyProcess {
     child: std::process::Child,
     url: String,
+    /// Each thread's CPU when last read: a thread that has exited since (the runtime's
+    /// blocking pool lets idle ones go) keeps counting, so the total never goes back.
+    threads_cpu_ns: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl ProxyProcess {
@@ -88,19 +91,26 @@ impl ProxyProcess {
             assert!(Instant::now() < deadline, "the proxy did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { child, url }
+        Self {
+            child,
+            url,
+            threads_cpu_ns: Default::default(),
+        }
     }
 
     fn cpu_ns(&self) -> u64 {
         let tasks = format!("/proc/{}/task", self.child.id());
-        std::fs::read_dir(tasks)
-            .map(|dir| {
-                dir.filter_map(Result::ok)
-                    .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-                    .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                    .sum()
-            })
-            .unwrap_or(0)
+        let mut threads = self.threads_cpu_ns.lock().unwrap();
+        for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
+            let schedstat = std::fs::read_to_string(task.path().join("schedstat"));
+            let cpu = schedstat
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse().ok());
+            if let Some(cpu) = cpu {
+                threads.insert(task.file_name().to_string_lossy().into_owned(), cpu);
+            }
+        }
+        threads.values().sum()
     }
 
     fn rss_mib(&self) -> f64 {

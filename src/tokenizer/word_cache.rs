@@ -3,7 +3,8 @@
 //! The model keeps its own cache of merged words, but hands every piece back as tokens that
 //! each carry their text (a string allocated per token). A turn's new text is mostly pieces
 //! seen before (role markers, tool names, JSON punctuation, common words), so their ids are
-//! kept here and the model is asked only about new ones.
+//! kept here and the model is asked only about new ones. Short chunks of text with other
+//! characters, which take the library's whole road, are kept here too.
 
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
@@ -12,7 +13,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 /// the model's own cache allows does).
 const CAPACITY: usize = 10_000;
 
-/// A piece (ASCII bytes, before byte-level mapping) and its ids.
+/// A piece of ASCII text (before byte-level mapping), or a whole chunk of text with other
+/// characters (they cannot collide: a piece holds no byte above 127), and its ids.
 pub(super) type Piece = (Box<[u8]>, Box<[u32]>);
 
 /// Piece → its ids. A turn looks up every piece of its new text here, so the hash is
