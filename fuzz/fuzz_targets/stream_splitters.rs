@@ -5,7 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 use rollout_proxy::reasoning::{Part, ReasoningStream, split};
 use rollout_proxy::tools::streaming::{CallStream, Piece};
-use rollout_proxy::tools::{Promoter, parser_for};
+use rollout_proxy::tools::{DeclaredTools, Promoter, parser_for};
+use std::sync::Arc;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&cut, rest)) = data.split_first() else {
@@ -17,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
     let chunks: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
 
     let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
-    let promoter = Promoter::new(Some(&tools), &["search".to_string()], cut % 2 == 0);
+    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap()).unwrap().map(Arc::new);
+    let promoter = Promoter::new(tools.as_ref(), &["search".to_string()], cut % 2 == 0);
     for &name in rollout_proxy::tools::PARSER_NAMES {
         let mut stream = CallStream::new(parser_for(name).unwrap(), promoter.clone(), vec!["###".to_string()]);
         let mut pieces: Vec<Piece> = chunks.iter().flat_map(|c| stream.push(c)).collect();

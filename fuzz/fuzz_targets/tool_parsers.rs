@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rollout_proxy::tools::{Promoter, parser_for};
+use rollout_proxy::tools::{DeclaredTools, Promoter, parser_for};
+use std::sync::Arc;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -11,9 +12,10 @@ fuzz_target!(|data: &[u8]| {
         {"type": "function", "function": {"name": "search", "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}},
         {"type": "function", "function": {"name": "Bash"}},
     ]);
+    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap()).unwrap().map(Arc::new);
     let names = vec!["search".to_string(), "Bash".to_string()];
     for heal in [false, true] {
-        let promoter = Promoter::new(Some(&tools), &names, heal);
+        let promoter = Promoter::new(tools.as_ref(), &names, heal);
         for &name in rollout_proxy::tools::PARSER_NAMES {
             let parsed = parser_for(name).unwrap().parse(&text, &promoter);
             for call in &parsed.calls {
