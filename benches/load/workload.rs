@@ -6,6 +6,8 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rollout_proxy::template::json_value;
+use rollout_proxy::template::pyjson::{DumpOptions, dumps};
 use serde_json::{Value, json};
 
 pub const SYSTEM: &str =
@@ -142,23 +144,6 @@ pub fn tool_result(call: &Value, rng: &mut impl Rng) -> String {
         Some("calculator") => json!({"expression": text("expression"), "value": 393}),
         _ => json!({"ok": true}),
     };
-    python_dumps(&result)
-}
-
-/// JSON as Python's `json.dumps(..., ensure_ascii=False)` spaces it (`", "`, `": "`).
-fn python_dumps(value: &Value) -> String {
-    match value {
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(python_dumps).collect();
-            format!("[{}]", items.join(", "))
-        }
-        Value::Object(map) => {
-            let fields: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), python_dumps(v)))
-                .collect();
-            format!("{{{}}}", fields.join(", "))
-        }
-        other => other.to_string(),
-    }
+    // As the harness writes it: Python's `json.dumps(..., ensure_ascii=False)`.
+    dumps(&json_value(&result), &DumpOptions::default()).expect("a tool result is JSON")
 }
