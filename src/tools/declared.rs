@@ -75,21 +75,7 @@ impl DeclaredTools {
     /// The tools of a request's `tools` field (its JSON text), read once per distinct text
     /// while it is among the last few seen.
     pub fn from_raw(raw: &RawValue) -> Result<Option<Arc<Self>>, ToolsError> {
-        let text = raw.get();
-        if let Some(known) = KNOWN
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .find(text)
-        {
-            return Ok(known);
-        }
-        let list: Vec<Value> = serde_json::from_str(text).map_err(ToolsError::NotAList)?;
-        let tools = Self::new(list)?.map(Arc::new);
-        KNOWN
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keep(text, tools.clone());
-        Ok(tools)
+        KNOWN.read(raw)
     }
 
     /// The list as JSON, shared: templates keep their conversions of it by identity.
@@ -107,11 +93,40 @@ impl DeclaredTools {
     }
 }
 
-/// The lists read most recently, by their JSON text.
-static KNOWN: RwLock<Known> = RwLock::new(Known {
-    lists: Vec::new(),
-    next: 0,
-});
+/// The lists the server has read most recently.
+static KNOWN: KnownTools = KnownTools::new();
+
+/// Lists read recently, by their JSON text.
+struct KnownTools(RwLock<Known>);
+
+impl KnownTools {
+    const fn new() -> Self {
+        Self(RwLock::new(Known {
+            lists: Vec::new(),
+            next: 0,
+        }))
+    }
+
+    /// The list `raw` holds: the one read before if its text is known, else read now.
+    fn read(&self, raw: &RawValue) -> Result<Option<Arc<DeclaredTools>>, ToolsError> {
+        let text = raw.get();
+        if let Some(known) = self
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .find(text)
+        {
+            return Ok(known);
+        }
+        let list: Vec<Value> = serde_json::from_str(text).map_err(ToolsError::NotAList)?;
+        let tools = DeclaredTools::new(list)?.map(Arc::new);
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keep(text, tools.clone());
+        Ok(tools)
+    }
+}
 
 struct Known {
     lists: Vec<(Box<str>, Option<Arc<DeclaredTools>>)>,
@@ -213,16 +228,25 @@ mod tests {
 
     #[test]
     fn a_list_sent_again_is_the_one_read_before() {
-        let tools = json!([{"type": "function", "function": {"name": "kept_list_test"}}]);
-        let first = DeclaredTools::from_raw(&raw(&tools)).unwrap().unwrap();
-        let again = DeclaredTools::from_raw(&raw(&tools)).unwrap().unwrap();
+        // Its own cache: other tests read lists into the server's at the same time.
+        let known = KnownTools::new();
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let first = known.read(&raw(&tools)).unwrap().unwrap();
+        let again = known.read(&raw(&tools)).unwrap().unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         let spaced = RawValue::from_string(serde_json::to_string_pretty(&tools).unwrap()).unwrap();
-        let reread = DeclaredTools::from_raw(&spaced).unwrap().unwrap();
+        let reread = known.read(&spaced).unwrap().unwrap();
         assert!(
             !Arc::ptr_eq(&first, &reread),
             "other text is read on its own"
         );
         assert_eq!(reread.json(), first.json());
+        // Once KEPT other lists have been read since, it is read anew.
+        for i in 0..KEPT {
+            let other = json!([{"type": "function", "function": {"name": format!("g{i}")}}]);
+            known.read(&raw(&other)).unwrap();
+        }
+        let later = known.read(&raw(&tools)).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&first, &later));
     }
 }
