@@ -3,6 +3,14 @@
 
 use super::{BackendError, EventStream, StreamEvent};
 use crate::json_numbers::NumberArray;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -10,6 +18,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 use thread_local::ThreadLocal;
+use tokio::time::Instant;
 
 /// A JSON request body whose token ids are written straight from the prompt (a long prompt
 /// costs no JSON value per token); the other fields are those of `rest`, an object: a typed
@@ -85,11 +94,22 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// URLs a thread keeps parsed for one server (its few endpoints).
 const URLS_KEPT: usize = 16;
 
+/// The HTTP/1 client: hyper's pooled client without a wrapper. A general-purpose client
+/// (reqwest) re-parsed the URL for its redirect policy and again for its reply on every call,
+/// about 4% of a short turn; a backend is one plain-HTTP server that needs none of that.
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 /// One thread's client for a server, with the URLs it has parsed.
 #[derive(Debug)]
 struct ThreadClient {
-    client: reqwest::Client,
-    urls: RefCell<Vec<(String, reqwest::Url)>>,
+    client: HttpClient,
+    urls: RefCell<Vec<(String, Uri)>>,
+}
+
+/// A reply whose status was a success, with the deadline its body must arrive by.
+struct Reply {
+    response: hyper::Response<Incoming>,
+    deadline: Instant,
 }
 
 /// A JSON-over-HTTP connection to one server.
@@ -97,16 +117,23 @@ struct ThreadClient {
 pub(crate) struct JsonClient {
     pub base_url: String,
     clients: Arc<ThreadLocal<ThreadClient>>,
-    api_key: Option<String>,
+    /// `Bearer <key>`, or why the key cannot be sent as a header.
+    authorization: Option<Result<HeaderValue, String>>,
     timeout: Duration,
 }
 
 impl JsonClient {
     pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+        let authorization = api_key.map(|key| {
+            let mut value = HeaderValue::try_from(format!("Bearer {key}"))
+                .map_err(|_| "the API key holds characters a header cannot carry".to_string())?;
+            value.set_sensitive(true);
+            Ok(value)
+        });
         Self {
             base_url: base_url.trim_end_matches('/').to_string(),
             clients: Arc::new(ThreadLocal::new()),
-            api_key,
+            authorization,
             timeout,
         }
     }
@@ -117,39 +144,40 @@ impl JsonClient {
     /// wake that thread to send and again to hear the reply. One client per thread keeps a
     /// backend call on the thread that serves the turn (about 5% of a short turn's CPU).
     fn thread_client(&self) -> &ThreadClient {
-        self.clients.get_or(|| ThreadClient {
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(64)
-                // Under the 5 s after which llama-server, uvicorn (vLLM, SGLang) and most
-                // servers close an idle connection: one the server is closing is not reused.
-                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                .tcp_nodelay(true)
-                .build()
-                .expect("HTTP client builds with default TLS-free settings"),
-            urls: RefCell::new(Vec::new()),
+        self.clients.get_or(|| {
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            ThreadClient {
+                client: Client::builder(TokioExecutor::new())
+                    .pool_max_idle_per_host(64)
+                    // Under the 5 s after which llama-server, uvicorn (vLLM, SGLang) and most
+                    // servers close an idle connection: one the server is closing is not reused.
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .pool_timer(TokioTimer::new())
+                    .build(connector),
+                urls: RefCell::new(Vec::new()),
+            }
         })
     }
 
-    /// A request to `{root}{path}`, its URL parsed once per thread (parsing, with its host
-    /// name checks, cost about 1% of a short turn).
-    fn request(&self, method: reqwest::Method, root: &str, path: &str) -> reqwest::RequestBuilder {
-        let thread = self.thread_client();
+    /// `{root}{path}` parsed, once per thread for the first few (parsing cost about 1% of a
+    /// short turn).
+    fn url(&self, thread: &ThreadClient, root: &str, path: &str) -> Result<Uri, BackendError> {
         let mut urls = thread.urls.borrow_mut();
         let known = urls.iter().find(|(text, _)| {
             text.len() == root.len() + path.len() && text.starts_with(root) && text.ends_with(path)
         });
         if let Some((_, url)) = known {
-            return thread.client.request(method, url.clone());
+            return Ok(url.clone());
         }
         let text = format!("{root}{path}");
-        match reqwest::Url::parse(&text) {
-            Ok(url) if urls.len() < URLS_KEPT => {
-                urls.push((text, url.clone()));
-                thread.client.request(method, url)
-            }
-            // reqwest reports a bad URL when the request is sent, as it always has.
-            _ => thread.client.request(method, text),
+        let url = text
+            .parse::<Uri>()
+            .map_err(|e| self.unreachable(format!("invalid URL {text:?}: {e}")))?;
+        if urls.len() < URLS_KEPT {
+            urls.push((text, url.clone()));
         }
+        Ok(url)
     }
 
     /// POSTs `body` to `{root}{path}` and returns the JSON reply parsed as `T`.
@@ -159,79 +187,127 @@ impl JsonClient {
         path: &str,
         body: &impl JsonBody,
     ) -> Result<T, BackendError> {
-        let request = self.json_post(root, path, body);
-        self.json(self.send(request, self.timeout).await?).await
+        let reply = self
+            .send(Method::POST, root, path, Some(body.to_json()), self.timeout)
+            .await?;
+        self.json(reply).await
     }
 
-    /// POSTs `body` and returns the reply's byte stream (after checking its status).
+    /// POSTs `body` and returns the reply's byte stream (after checking its status). The
+    /// request's timeout covers the whole stream, as it covers a whole reply.
     pub async fn post_stream(
         &self,
         root: &str,
         path: &str,
         body: &impl JsonBody,
-    ) -> Result<futures::stream::BoxStream<'static, Result<bytes::Bytes, String>>, BackendError>
-    {
-        let request = self.json_post(root, path, body);
-        let response = self.send(request, self.timeout).await?;
-        let bytes = futures::StreamExt::map(response.bytes_stream(), |chunk| {
-            chunk.map_err(|e| e.to_string())
+    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, String>>, BackendError> {
+        let Reply { response, deadline } = self
+            .send(Method::POST, root, path, Some(body.to_json()), self.timeout)
+            .await?;
+        let timeout = self.timeout;
+        let chunks = futures::stream::unfold(Some(response.into_body()), move |body| async move {
+            let mut body = body?;
+            loop {
+                return match tokio::time::timeout_at(deadline, body.frame()).await {
+                    Err(_) => Some((Err(format!("timed out after {timeout:?}")), None)),
+                    Ok(None) => None,
+                    Ok(Some(Err(e))) => Some((Err(error_chain(&e)), None)),
+                    Ok(Some(Ok(frame))) => match frame.into_data() {
+                        Ok(data) => Some((Ok(data), Some(body))),
+                        // Trailers carry no events.
+                        Err(_) => continue,
+                    },
+                };
+            }
         });
-        Ok(futures::StreamExt::boxed(bytes))
-    }
-
-    fn json_post(&self, root: &str, path: &str, body: &impl JsonBody) -> reqwest::RequestBuilder {
-        self.request(reqwest::Method::POST, root, path)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_json())
+        Ok(futures::StreamExt::boxed(chunks))
     }
 
     /// GETs `{root}{path}` and parses the JSON reply.
     pub async fn get_json(&self, root: &str, path: &str) -> Result<Value, BackendError> {
-        let request = self.request(reqwest::Method::GET, root, path);
-        self.json(self.send(request, self.timeout.min(PROBE_TIMEOUT)).await?)
-            .await
+        let timeout = self.timeout.min(PROBE_TIMEOUT);
+        let reply = self.send(Method::GET, root, path, None, timeout).await?;
+        self.json(reply).await
     }
 
     /// GETs `{root}{path}` and succeeds on any 2xx status (health probes: a short timeout).
     pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
-        let request = self.request(reqwest::Method::GET, root, path);
-        self.send(request, self.timeout.min(PROBE_TIMEOUT))
+        let timeout = self.timeout.min(PROBE_TIMEOUT);
+        self.send(Method::GET, root, path, None, timeout)
             .await
             .map(drop)
     }
 
-    /// Sends with the API key and `timeout`; a non-2xx status becomes [`BackendError::Status`]
-    /// with the message of the server's error body.
+    /// Sends with the API key and `timeout` (for the reply and its body); a non-2xx status
+    /// becomes [`BackendError::Status`] with the message of the server's error body. Redirects
+    /// are not followed: a POST redirected elsewhere is a misconfigured backend URL, and the
+    /// error says where the server pointed.
     async fn send(
         &self,
-        mut request: reqwest::RequestBuilder,
+        method: Method,
+        root: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
         timeout: Duration,
-    ) -> Result<reqwest::Response, BackendError> {
-        request = request.timeout(timeout);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
+    ) -> Result<Reply, BackendError> {
+        let deadline = Instant::now() + timeout;
+        let thread = self.thread_client();
+        let is_post = method == Method::POST;
+        let mut request = hyper::Request::new(Full::new(body.map(Bytes::from).unwrap_or_default()));
+        *request.method_mut() = method;
+        *request.uri_mut() = self.url(thread, root, path)?;
+        let headers = request.headers_mut();
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        if is_post {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
         }
-        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        if let Some(authorization) = &self.authorization {
+            let value = authorization.clone().map_err(|e| self.unreachable(e))?;
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        let response = match tokio::time::timeout_at(deadline, thread.client.request(request)).await
+        {
+            Err(_) => return Err(self.timed_out(timeout)),
+            Ok(sent) => sent.map_err(|e| self.unreachable(error_chain(&e)))?,
+        };
         let status = response.status();
         if status.is_success() {
-            return Ok(response);
+            return Ok(Reply { response, deadline });
         }
-        let bytes = response.bytes().await.unwrap_or_default();
+        let location = response.headers().get(header::LOCATION).cloned();
+        let bytes = self
+            .body(Reply { response, deadline }, timeout)
+            .await
+            .unwrap_or_default();
+        let message = match location {
+            Some(location) if status.is_redirection() => format!(
+                "redirect to {}: redirects are not followed, give the server's own URL",
+                String::from_utf8_lossy(location.as_bytes())
+            ),
+            _ => error_message(&bytes),
+        };
         Err(BackendError::Status {
             url: self.base_url.clone(),
             status: status.as_u16(),
-            message: error_message(&bytes),
+            message,
         })
     }
 
-    async fn json<T: DeserializeOwned>(
-        &self,
-        response: reqwest::Response,
-    ) -> Result<T, BackendError> {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+    /// The whole body of `reply`, by its deadline.
+    async fn body(&self, reply: Reply, timeout: Duration) -> Result<Bytes, BackendError> {
+        match tokio::time::timeout_at(reply.deadline, reply.response.into_body().collect()).await {
+            Err(_) => Err(self.timed_out(timeout)),
+            Ok(read) => read
+                .map(|collected| collected.to_bytes())
+                .map_err(|e| self.unreachable(error_chain(&e))),
+        }
+    }
+
+    async fn json<T: DeserializeOwned>(&self, reply: Reply) -> Result<T, BackendError> {
+        let bytes = self.body(reply, self.timeout).await?;
         serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
     }
 
@@ -242,19 +318,35 @@ impl JsonClient {
         }
     }
 
-    fn transport_error(&self, error: reqwest::Error) -> BackendError {
-        if error.is_timeout() {
-            BackendError::Timeout {
-                url: self.base_url.clone(),
-                timeout: self.timeout,
-            }
-        } else {
-            BackendError::Unreachable {
-                url: self.base_url.clone(),
-                reason: error.to_string(),
-            }
+    fn unreachable(&self, reason: String) -> BackendError {
+        BackendError::Unreachable {
+            url: self.base_url.clone(),
+            reason,
         }
     }
+
+    fn timed_out(&self, timeout: Duration) -> BackendError {
+        BackendError::Timeout {
+            url: self.base_url.clone(),
+            timeout,
+        }
+    }
+}
+
+/// An error with its causes (`client error (Connect): tcp connect error: Connection refused`):
+/// the client's own message names only the stage that failed.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let part = inner.to_string();
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// The message of an error body in any of the shapes backends use
@@ -295,7 +387,7 @@ pub(crate) fn server_root(base_url: &str) -> String {
 /// (so the connection is closed, and the backend's work cancelled, as soon as it is dropped).
 pub(crate) fn event_stream<S, F>(http: JsonClient, bytes: S, mut on_chunk: F) -> EventStream
 where
-    S: futures::Stream<Item = Result<bytes::Bytes, String>> + Send + 'static,
+    S: futures::Stream<Item = Result<Bytes, String>> + Send + 'static,
     F: FnMut(&Value) -> Result<Vec<StreamEvent>, BackendError> + Send + 'static,
 {
     use futures::StreamExt;
@@ -331,7 +423,7 @@ where
 
 /// The JSON payloads of a server-sent-events stream (`data: {...}` lines; `[DONE]` ends it).
 pub(crate) fn sse_events(
-    bytes: impl futures::Stream<Item = Result<bytes::Bytes, String>>,
+    bytes: impl futures::Stream<Item = Result<Bytes, String>>,
 ) -> impl futures::Stream<Item = Result<Value, String>> {
     use futures::StreamExt;
     let mut buffer = Vec::<u8>::new();
@@ -399,10 +491,10 @@ mod tests {
     #[tokio::test]
     async fn sse_events_survive_arbitrary_chunking() {
         let text = "data: {\"a\": 1}\n\n: keep-alive\n\ndata: {\"b\": [2]}\n\ndata: [DONE]\n\n";
-        let chunks: Vec<Result<bytes::Bytes, String>> = text
+        let chunks: Vec<Result<Bytes, String>> = text
             .as_bytes()
             .chunks(3)
-            .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
         let events: Vec<Value> = sse_events(futures::stream::iter(chunks))
             .map(|e| e.unwrap())
@@ -412,5 +504,114 @@ mod tests {
             events,
             vec![serde_json::json!({"a": 1}), serde_json::json!({"b": [2]})]
         );
+    }
+
+    /// A server that answers every connection's first request with `reply`, sending it in
+    /// pieces and keeping the connection open; returns its root URL and the requests it read.
+    async fn raw_server(
+        reply: &'static str,
+    ) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let root = format!("http://{}", listener.local_addr().unwrap());
+        let (seen, requests) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            // Connections stay open: a reply shorter than it says never ends.
+            let mut held = Vec::new();
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buffer = vec![0u8; 65536];
+                let read = socket.read(&mut buffer).await.unwrap_or(0);
+                let _ = seen.send(String::from_utf8_lossy(&buffer[..read]).into_owned());
+                for piece in reply.as_bytes().chunks(7) {
+                    let _ = socket.write_all(piece).await;
+                    let _ = socket.flush().await;
+                }
+                held.push(socket);
+            }
+        });
+        (root, requests)
+    }
+
+    #[tokio::test]
+    async fn posts_json_with_the_api_key_and_reads_a_chunked_reply_whole() {
+        let (root, mut requests) = raw_server(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
+             6\r\n{\"a\": \r\n3\r\n[1]\r\n1\r\n}\r\n0\r\n\r\n",
+        )
+        .await;
+        let client = JsonClient::new(&root, Some("secret".into()), Duration::from_secs(5));
+        let reply: Value = client
+            .post(&root, "/generate", &json!({"x": 1}))
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"a": [1]}));
+        let request = requests.recv().await.unwrap().to_lowercase();
+        assert!(
+            request.starts_with("post /generate http/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("authorization: bearer secret\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("content-type: application/json\r\n"),
+            "{request}"
+        );
+        assert!(request.ends_with("\r\n\r\n{\"x\":1}"), "{request}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_an_error_naming_where_it_pointed() {
+        let (root, _requests) = raw_server(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://elsewhere:9/generate\r\ncontent-length: 0\r\n\r\n",
+        )
+        .await;
+        let client = JsonClient::new(&root, None, Duration::from_secs(5));
+        let error = client
+            .post::<Value>(&root, "/generate", &json!({}))
+            .await
+            .unwrap_err();
+        let BackendError::Status {
+            status, message, ..
+        } = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(*status, 307);
+        assert!(message.contains("http://elsewhere:9/generate"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn failures_say_why() {
+        // A port nothing listens on: the reason carries the system's words, not only the stage.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let root = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let client = JsonClient::new(&root, None, Duration::from_secs(5));
+        match client.get_ok(&root, "/health").await {
+            Err(BackendError::Unreachable { reason, .. }) => {
+                assert!(reason.to_lowercase().contains("refused"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A server that never finishes its reply: the whole reply is under the timeout.
+        let (root, _requests) = raw_server("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{").await;
+        let client = JsonClient::new(&root, None, Duration::from_millis(300));
+        let error = client
+            .post::<Value>(&root, "/x", &json!({}))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, BackendError::Timeout { .. }), "{error:?}");
+        // A URL that is not one, and a key that cannot be a header: errors, not panics.
+        let client = JsonClient::new("http://bad host", None, Duration::from_secs(1));
+        let error = client
+            .get_ok("http://bad host", "/health")
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("invalid URL"), "{error}");
+        let client = JsonClient::new(&root, Some("a\nb".into()), Duration::from_secs(1));
+        let error = client.get_ok(&root, "/health").await.unwrap_err();
+        assert!(error.to_string().contains("API key"), "{error}");
     }
 }
