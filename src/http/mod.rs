@@ -119,31 +119,34 @@ fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
     }
 }
 
-/// Registers every route on an actix app.
+/// Registers every route on an actix app. A rollout's routes with more than one segment come
+/// first: routes are tried in order, each pattern with a session id by a regex, and a turn is
+/// the request served most often. None of those patterns matches a fixed route's path;
+/// `/{uuid}` would (`/health`), so it stays last.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/health", web::get().to(admin::health))
-        .route("/v1/models", web::get().to(admin::models))
-        .route("/servers", web::get().to(admin::servers))
-        .route("/setup", web::post().to(admin::setup))
-        .route("/sessions/create", web::post().to(sessions::create))
-        .route("/sessions", web::get().to(sessions::list))
-        .route("/{uuid}", web::delete().to(sessions::delete))
-        .route("/{uuid}/nodes", web::get().to(sessions::nodes))
-        .route(
-            "/{uuid}/v1/chat/completions",
-            web::post().to(chat::completions),
-        )
-        .route(
-            "/{uuid}/v1/chat/completions/render",
-            web::post().to(chat::render),
-        )
-        .route(
-            "/{uuid}/v1/completions",
-            web::post().to(completions::completions),
-        )
-        .default_service(web::to(|| async {
-            Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))
-        }));
+    cfg.route(
+        "/{uuid}/v1/chat/completions",
+        web::post().to(chat::completions),
+    )
+    .route(
+        "/{uuid}/v1/chat/completions/render",
+        web::post().to(chat::render),
+    )
+    .route(
+        "/{uuid}/v1/completions",
+        web::post().to(completions::completions),
+    )
+    .route("/{uuid}/nodes", web::get().to(sessions::nodes))
+    .route("/health", web::get().to(admin::health))
+    .route("/v1/models", web::get().to(admin::models))
+    .route("/servers", web::get().to(admin::servers))
+    .route("/setup", web::post().to(admin::setup))
+    .route("/sessions/create", web::post().to(sessions::create))
+    .route("/sessions", web::get().to(sessions::list))
+    .route("/{uuid}", web::delete().to(sessions::delete))
+    .default_service(web::to(|| async {
+        Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))
+    }));
 }
 
 /// Serves the API on an already bound listener until the server is stopped.

@@ -3,10 +3,10 @@
 use super::body::read_json;
 use super::{ApiError, AppState};
 use crate::json_numbers::NumberArray;
-use crate::session::{HistoryMode, Node, SessionOptions};
+use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
 use crate::tools::{PARSER_NAMES, parser_for};
 use actix_web::{HttpResponse, web};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +121,17 @@ pub async fn nodes(
 /// A node as trainers receive it: `full_text`, `tokens`, `masked_tokens` (-100 where the model
 /// did not sample), `logprobs` (1.0 there; sampled ones as the f64 nearest the stored f32) and
 /// `metadata`. The arrays are written straight from the node.
+/// A node's `metadata`, written straight from the node.
+#[derive(Serialize)]
+struct NodeMetadata<'n> {
+    node_index: usize,
+    num_turns: usize,
+    finish_reasons: Vec<&'static str>,
+    turns: &'n [TurnRecord],
+    divergence: Option<&'n Divergence>,
+    parent: Option<usize>,
+}
+
 fn write_node(
     out: &mut Vec<u8>,
     state: &AppState,
@@ -154,14 +165,14 @@ fn write_node(
     }
     array.finish();
     out.extend_from_slice(b",\"metadata\":");
-    let metadata = json!({
-        "node_index": index,
-        "num_turns": node.turns.len(),
-        "finish_reasons": node.turns.iter().map(|t| t.finish_reason).collect::<Vec<_>>(),
-        "turns": node.turns,
-        "divergence": node.divergence,
-        "parent": node.parent,
-    });
+    let metadata = NodeMetadata {
+        node_index: index,
+        num_turns: node.turns.len(),
+        finish_reasons: node.turns.iter().map(|t| t.finish_reason).collect(),
+        turns: &node.turns,
+        divergence: node.divergence.as_ref(),
+        parent: node.parent,
+    };
     serde_json::to_writer(&mut *out, &metadata)?;
     out.push(b'}');
     Ok(())

@@ -45,7 +45,10 @@ fn char_byte(character: char) -> Option<u8> {
     u8::try_from(entry).ok()
 }
 
-/// Every token's bytes, back to back.
+/// Tokens up to this many bytes are copied as one block of it.
+const SHORT: usize = 16;
+
+/// Every token's bytes, back to back, then [`SHORT`] bytes of padding.
 #[derive(Debug)]
 pub(super) struct ByteLevelDecoder {
     /// Token `id`'s bytes are `bytes[ends[id - 1]..ends[id]]`.
@@ -72,6 +75,7 @@ impl ByteLevelDecoder {
             }
             ends.push(u32::try_from(bytes.len()).ok()?);
         }
+        bytes.extend([0; SHORT]);
         let decoder = Self { ends, bytes };
         let probe: Vec<u32> = (0..size)
             .step_by(97)
@@ -83,14 +87,27 @@ impl ByteLevelDecoder {
 
     /// The text of `ids`; ids outside the vocabulary are skipped, as the library does.
     pub fn decode(&self, ids: impl IntoIterator<Item = u32>) -> String {
-        let mut text = Vec::new();
+        let ids = ids.into_iter();
+        // Room for a typical token's few bytes each: a node's text is decoded whole.
+        let mut text = Vec::with_capacity(ids.size_hint().0 * 4);
         for id in ids {
             let id = id as usize;
             let Some(&end) = self.ends.get(id) else {
                 continue;
             };
-            let start = id.checked_sub(1).map_or(0, |previous| self.ends[previous]);
-            text.extend_from_slice(&self.bytes[start as usize..end as usize]);
+            let start = id.checked_sub(1).map_or(0, |previous| self.ends[previous]) as usize;
+            let len = end as usize - start;
+            // A short token is copied as a fixed-size block (the table is padded past its
+            // last token) and the excess cut: one move, where a copy of the exact length is
+            // a call per token.
+            match self.bytes[start..].first_chunk::<SHORT>() {
+                Some(block) if len <= SHORT => {
+                    let at = text.len();
+                    text.extend_from_slice(block);
+                    text.truncate(at + len);
+                }
+                _ => text.extend_from_slice(&self.bytes[start..start + len]),
+            }
         }
         String::from_utf8(text)
             .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
