@@ -118,7 +118,21 @@ async fn backend_failures_map_to_gateway_errors_and_keep_the_session() {
         // Four failures in a row open the backend's circuit; health probes close it again.
         proxy.wait_until_healthy().await;
     }
-    // Unreachable backend → 502.
+    // A redirect is not followed: a 502 that names where the backend pointed.
+    proxy
+        .worker
+        .push(Reply::Redirect("http://elsewhere:9/v1/completions"));
+    let (status, data) = proxy.chat(&uuid, next.clone()).await;
+    assert_eq!(status, 502, "{data}");
+    assert_openai_error(&data);
+    let message = data["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("HTTP 307: redirect to http://elsewhere:9/v1/completions")
+            && message.contains("not followed"),
+        "{data}"
+    );
+    assert_eq!(proxy.nodes(&uuid).await, before);
+    // Unreachable backend → 502, saying why.
     proxy
         .post(
             "/setup",
@@ -127,6 +141,8 @@ async fn backend_failures_map_to_gateway_errors_and_keep_the_session() {
         .await;
     let (status, data) = proxy.chat(&uuid, next.clone()).await;
     assert_eq!(status, 502, "{data}");
+    let message = data["error"]["message"].as_str().unwrap().to_lowercase();
+    assert!(message.contains("refused"), "{data}");
     let (_, servers) = proxy.get("/servers").await;
     assert_eq!(servers["servers"][0]["healthy"], false);
     assert_eq!(proxy.nodes(&uuid).await, before);

@@ -70,6 +70,8 @@ impl Sample {
 pub enum Reply {
     Samples(Vec<Sample>),
     Error(u16, &'static str),
+    /// A `307` to this URL.
+    Redirect(&'static str),
     SleepMs(u64),
     /// Samples returned after a delay.
     Delayed(u64, Vec<Sample>),
@@ -234,6 +236,9 @@ async fn respond(reply: Option<Reply>, body: &Value, wire: Wire) -> HttpResponse
             actix_web::http::StatusCode::from_u16(status).unwrap(),
         )
         .json(json!({"error": {"message": message, "type": "BadRequestError", "code": status}})),
+        Some(Reply::Redirect(location)) => HttpResponse::TemporaryRedirect()
+            .insert_header(("location", location))
+            .finish(),
         Some(Reply::SleepMs(ms)) => {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             HttpResponse::InternalServerError().finish()
