@@ -25,11 +25,52 @@ mod workload;
 use common::fixture_model;
 use common::mock_worker::{MockWorker, Sample, Wire};
 use rollout_proxy::tokenizer::Tokenizer;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use workload::{QUESTIONS, SYSTEM, tools};
+
+// The proxy's allocator here too: the generator and the mock share the two cores with the
+// proxy, and every cycle they save is the proxy's to use.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// A chat request written from the rollout's messages as they are (not copied into a new
+/// JSON value every turn).
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    messages: &'a [Value],
+    tools: &'a Value,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+}
+
+/// `GET /nodes` as the checks read it: each node's array lengths and divergence; the ids are
+/// counted, not built.
+#[derive(Deserialize)]
+struct Nodes {
+    nodes: Vec<NodeShape>,
+}
+
+#[derive(Deserialize)]
+struct NodeShape {
+    tokens: Vec<IgnoredAny>,
+    masked_tokens: Vec<IgnoredAny>,
+    logprobs: Vec<IgnoredAny>,
+    #[serde(default)]
+    metadata: NodeMetadata,
+}
+
+/// Only rollout-proxy explains a divergence; the reference's nodes have no such field.
+#[derive(Debug, Default, Deserialize)]
+struct NodeMetadata {
+    #[serde(default)]
+    divergence: Value,
+}
 
 fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -154,7 +195,7 @@ fn upstream(tokenizer: &Tokenizer) -> MockWorker {
     worker
 }
 
-async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Value {
+async fn post(client: &reqwest::Client, url: &str, body: &impl Serialize) -> Value {
     let response = client.post(url).json(body).send().await.unwrap();
     assert!(
         response.status().is_success(),
@@ -186,9 +227,14 @@ async fn rollout(
     let mut rng = workload::rollout_rng(index);
     let mut questions_asked = 1;
     let mut latencies = Vec::with_capacity(turns);
+    let tools = tools();
     for _ in 0..turns {
-        let body =
-            json!({"messages": messages, "tools": tools(), "max_tokens": 256, "temperature": 1.0});
+        let body = ChatBody {
+            messages: &messages,
+            tools: &tools,
+            max_tokens: 256,
+            temperature: Some(1.0),
+        };
         let start = Instant::now();
         let reply = post(client, &chat, &body).await;
         latencies.push(start.elapsed());
@@ -207,13 +253,15 @@ async fn rollout(
         "one node per rollout: {:?}",
         nodes
             .iter()
-            .map(|n| &n["metadata"]["divergence"])
+            .map(|n| &n.metadata.divergence)
             .collect::<Vec<_>>()
     );
-    let lengths: Vec<usize> = ["tokens", "masked_tokens", "logprobs"]
-        .iter()
-        .map(|k| nodes[0][*k].as_array().unwrap().len())
-        .collect();
+    let node = &nodes[0];
+    let lengths = [
+        node.tokens.len(),
+        node.masked_tokens.len(),
+        node.logprobs.len(),
+    ];
     assert!(lengths.windows(2).all(|w| w[0] == w[1]), "{lengths:?}");
     client
         .delete(format!("{base}/{uuid}"))
@@ -336,8 +384,14 @@ async fn growth_rollout(
         json!({"role": "user", "content": QUESTIONS[0]}),
     ];
     let mut curve = Vec::new();
+    let tools = tools();
     for turn in 1..=growth_turns {
-        let body = json!({"messages": messages, "tools": tools(), "max_tokens": 256});
+        let body = ChatBody {
+            messages: &messages,
+            tools: &tools,
+            max_tokens: 256,
+            temperature: None,
+        };
         let before = proxy.cpu_ns();
         let reply = post(client, &chat, &body).await;
         let cpu = (proxy.cpu_ns() - before) as f64 / 1e6;
@@ -386,8 +440,8 @@ fn answer(
 }
 
 /// `GET /{uuid}/nodes`.
-async fn nodes_of(client: &reqwest::Client, base: &str, uuid: &str) -> Vec<Value> {
-    let body: Value = client
+async fn nodes_of(client: &reqwest::Client, base: &str, uuid: &str) -> Vec<NodeShape> {
+    let body: Nodes = client
         .get(format!("{base}/{uuid}/nodes"))
         .send()
         .await
@@ -395,5 +449,5 @@ async fn nodes_of(client: &reqwest::Client, base: &str, uuid: &str) -> Vec<Value
         .json()
         .await
         .unwrap();
-    body["nodes"].as_array().unwrap().clone()
+    body.nodes
 }
