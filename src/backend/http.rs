@@ -106,10 +106,12 @@ struct ThreadClient {
     urls: RefCell<Vec<(String, Uri)>>,
 }
 
-/// A reply whose status was a success, with the deadline its body must arrive by.
+/// A backend's reply, with the deadline its body must arrive by (the request's `timeout`
+/// after it was sent).
 struct Reply {
     response: hyper::Response<Incoming>,
     deadline: Instant,
+    timeout: Duration,
 }
 
 /// A JSON-over-HTTP connection to one server.
@@ -201,10 +203,13 @@ impl JsonClient {
         path: &str,
         body: &impl JsonBody,
     ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, String>>, BackendError> {
-        let Reply { response, deadline } = self
+        let Reply {
+            response,
+            deadline,
+            timeout,
+        } = self
             .send(Method::POST, root, path, Some(body.to_json()), self.timeout)
             .await?;
-        let timeout = self.timeout;
         let chunks = futures::stream::unfold(Some(response.into_body()), move |body| async move {
             let mut body = body?;
             loop {
@@ -275,13 +280,19 @@ impl JsonClient {
         };
         let status = response.status();
         if status.is_success() {
-            return Ok(Reply { response, deadline });
+            return Ok(Reply {
+                response,
+                deadline,
+                timeout,
+            });
         }
         let location = response.headers().get(header::LOCATION).cloned();
-        let bytes = self
-            .body(Reply { response, deadline }, timeout)
-            .await
-            .unwrap_or_default();
+        let reply = Reply {
+            response,
+            deadline,
+            timeout,
+        };
+        let bytes = self.body(reply).await.unwrap_or_default();
         let message = match location {
             Some(location) if status.is_redirection() => format!(
                 "redirect to {}: redirects are not followed, give the server's own URL",
@@ -297,9 +308,9 @@ impl JsonClient {
     }
 
     /// The whole body of `reply`, by its deadline.
-    async fn body(&self, reply: Reply, timeout: Duration) -> Result<Bytes, BackendError> {
+    async fn body(&self, reply: Reply) -> Result<Bytes, BackendError> {
         match tokio::time::timeout_at(reply.deadline, reply.response.into_body().collect()).await {
-            Err(_) => Err(self.timed_out(timeout)),
+            Err(_) => Err(self.timed_out(reply.timeout)),
             Ok(read) => read
                 .map(|collected| collected.to_bytes())
                 .map_err(|e| self.unreachable(error_chain(&e))),
@@ -307,7 +318,7 @@ impl JsonClient {
     }
 
     async fn json<T: DeserializeOwned>(&self, reply: Reply) -> Result<T, BackendError> {
-        let bytes = self.body(reply, self.timeout).await?;
+        let bytes = self.body(reply).await?;
         serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("invalid JSON: {e}")))
     }
 
@@ -602,7 +613,10 @@ mod tests {
             .post::<Value>(&root, "/x", &json!({}))
             .await
             .unwrap_err();
-        assert!(matches!(error, BackendError::Timeout { .. }), "{error:?}");
+        assert!(
+            matches!(error, BackendError::Timeout { timeout, .. } if timeout == Duration::from_millis(300)),
+            "{error:?}"
+        );
         // A URL that is not one, and a key that cannot be a header: errors, not panics.
         let client = JsonClient::new("http://bad host", None, Duration::from_secs(1));
         let error = client
