@@ -56,6 +56,10 @@ struct ServeArgs {
     /// Largest accepted request body, in MiB.
     #[arg(long, default_value_t = 64)]
     max_body_mib: usize,
+    /// HTTP server threads (default: one per core). Each keeps its own connections and
+    /// backend connection pool.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
     /// A GGUF model to serve in-process with llama.cpp (its tokenizer and chat template come
     /// from the file unless --tokenizer / --chat-template say otherwise). With no --model and
     /// no backend, the default model (SmolLM2-135M-Instruct) is fetched once and served.
@@ -115,7 +119,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Loading the tokenizer and template freed far more than it kept.
         rollout_proxy::memory::release_freed();
         tracing::info!(address = %listener.local_addr()?, "listening");
-        rollout_proxy::http::serve(Arc::new(state), listener)?.await?;
+        let workers = args.workers.map(usize::from);
+        rollout_proxy::http::serve(Arc::new(state), listener, workers)?.await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     Ok(())

@@ -194,6 +194,8 @@ async fn serve_binary_with_config_file() {
             config.to_str().unwrap(),
             "--port",
             &port.to_string(),
+            "--workers",
+            "1",
         ])
         .spawn()
         .unwrap();

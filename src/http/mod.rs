@@ -149,7 +149,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }));
 }
 
-/// Serves the API on an already bound listener until the server is stopped.
 /// Once a second, gives freed memory back to the OS if sessions were used or deleted since.
 async fn release_freed_memory(state: Arc<AppState>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -161,15 +160,19 @@ async fn release_freed_memory(state: Arc<AppState>) {
     }
 }
 
+/// Serves the API on an already bound listener until the server is stopped, with `workers`
+/// server threads (actix's default, one per core, when `None`).
 pub fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
+    workers: Option<usize>,
 ) -> std::io::Result<actix_web::dev::Server> {
     actix_web::rt::spawn(state.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
     let data = web::Data::from(state);
-    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
-        .listen(listener)?
-        .run();
-    Ok(server)
+    let mut server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes));
+    if let Some(workers) = workers {
+        server = server.workers(workers);
+    }
+    Ok(server.listen(listener)?.run())
 }

@@ -151,7 +151,7 @@ impl Proxy {
         std::thread::spawn(move || {
             actix_web::rt::System::new().block_on(async move {
                 let state = Arc::new(settings.build().await.unwrap());
-                let server = rollout_proxy::http::serve(state, listener).unwrap();
+                let server = rollout_proxy::http::serve(state, listener, None).unwrap();
                 ready.send(()).unwrap();
                 server.await.unwrap()
             })
