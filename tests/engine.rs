@@ -322,7 +322,7 @@ fn llama_cpp_tokenizes_every_golden_render_like_the_reference() {
 /// Hermes tool-calling template.
 #[tokio::test]
 async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
-    let cache = std::env::temp_dir().join(format!("rollout-proxy-cache-{}", std::process::id()));
+    let cache = common::scratch_dir("default-model-cache");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

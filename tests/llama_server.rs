@@ -267,8 +267,7 @@ async fn two_servers_affinity_and_failover() {
 async fn template_comes_from_llama_server_props() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let server = LlamaServer::start();
-    let dir = std::env::temp_dir().join(format!("rp-tokenizer-only-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("tokenizer-only");
     std::fs::copy(
         fixture_model("smollm2").join("tokenizer.json"),
         dir.join("tokenizer.json"),

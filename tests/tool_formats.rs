@@ -202,7 +202,11 @@ async fn calls_the_proxy_never_produced_are_written_in_the_model_format() {
 /// keeps them so the call can be read; other special tokens stay out of the text.
 #[tokio::test]
 async fn special_token_markers_are_kept_in_reply_text() {
-    let dir = char_model_dir();
+    // A copy of the shared character model, with two special tokens added.
+    let dir = common::scratch_dir("python-tag-model");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(char_model_dir().join(file), dir.join(file)).unwrap();
+    }
     let path = dir.join("tokenizer.json");
     let mut tokenizer = tokenizers::Tokenizer::from_file(&path).unwrap();
     tokenizer

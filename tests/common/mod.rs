@@ -63,18 +63,47 @@ pub const ATROPOS_MOCK_TEMPLATE: &str = "{%- if tools %}<tools>{{ tools | tojson
 {%- for m in messages %}<{{ m.role }}>{{ m.content or '' }}</{{ m.role }}>{%- endfor %}\
 {%- if add_generation_prompt %}<assistant>{% endif %}";
 
+/// A folder for one test's files under cargo's scratch directory for tests (`target/tmp`),
+/// emptied first: tests leave nothing in the system's temporary directory.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A model folder with a character-level tokenizer (id = code point, like the Atropos mock
-/// tokenizer) and the Atropos mock template.
+/// tokenizer) and the Atropos mock template. Built once per test process, in a folder named
+/// by its contents' hash under `target/tmp` (so test processes share it, and a change to it
+/// gets a new one); treat it as read-only.
 pub fn char_model_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let tokenizer = char_tokenizer().to_string(false).unwrap();
+        let config = serde_json::json!({"chat_template": ATROPOS_MOCK_TEMPLATE}).to_string();
+        let hash = xxhash_rust::xxh3::xxh3_64(format!("{tokenizer}\0{config}").as_bytes());
+        let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = tmp.join(format!("char-model-{hash:016x}"));
+        if !dir.join("tokenizer_config.json").is_file() {
+            // Written aside and renamed into place: test processes may race to create it.
+            let partial = tmp.join(format!("char-model-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&partial).unwrap();
+            std::fs::write(partial.join("tokenizer.json"), tokenizer).unwrap();
+            std::fs::write(partial.join("tokenizer_config.json"), config).unwrap();
+            if std::fs::rename(&partial, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&partial);
+            }
+        }
+        dir
+    })
+    .clone()
+}
+
+fn char_tokenizer() -> tokenizers::Tokenizer {
     use tokenizers::SplitDelimiterBehavior;
     use tokenizers::decoders::fuse::Fuse;
     use tokenizers::models::wordlevel::WordLevel;
     use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-    let dir = std::env::temp_dir().join(format!(
-        "rollout-proxy-char-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
     let vocab: std::collections::HashMap<String, u32> = (1u32..0x10000)
         .filter_map(|cp| char::from_u32(cp).map(|c| (c.to_string(), cp)))
         .chain([("[UNK]".to_string(), 0)])
@@ -94,13 +123,7 @@ pub fn char_model_dir() -> PathBuf {
         .unwrap(),
     ));
     tokenizer.with_decoder(Some(Fuse::new()));
-    tokenizer.save(dir.join("tokenizer.json"), false).unwrap();
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::json!({"chat_template": ATROPOS_MOCK_TEMPLATE}).to_string(),
-    )
-    .unwrap();
-    dir
+    tokenizer
 }
 
 /// A running proxy in front of one scripted upstream.
