@@ -162,8 +162,8 @@ impl JsonClient {
         })
     }
 
-    /// `{root}{path}` parsed, once per thread for the first few (parsing cost about 1% of a
-    /// short turn).
+    /// `{root}{path}` parsed, once per thread for the first few (the URLs of a server's few
+    /// endpoints are the same on every call).
     fn url(&self, thread: &ThreadClient, root: &str, path: &str) -> Result<Uri, BackendError> {
         let mut urls = thread.urls.borrow_mut();
         let known = urls.iter().find(|(text, _)| {

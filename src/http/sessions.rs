@@ -118,9 +118,6 @@ pub async fn nodes(
     Ok(super::response::json_response(body))
 }
 
-/// A node as trainers receive it: `full_text`, `tokens`, `masked_tokens` (-100 where the model
-/// did not sample), `logprobs` (1.0 there; sampled ones as the f64 nearest the stored f32) and
-/// `metadata`. The arrays are written straight from the node.
 /// A node's `metadata`, written straight from the node.
 #[derive(Serialize)]
 struct NodeMetadata<'n> {
@@ -132,6 +129,9 @@ struct NodeMetadata<'n> {
     parent: Option<usize>,
 }
 
+/// A node as trainers receive it: `full_text`, `tokens`, `masked_tokens` (-100 where the model
+/// did not sample), `logprobs` (1.0 there; sampled ones as the f64 nearest the stored f32) and
+/// `metadata`. The arrays are written straight from the node.
 fn write_node(
     out: &mut Vec<u8>,
     state: &AppState,
