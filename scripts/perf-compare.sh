@@ -2,25 +2,36 @@
 # Side-by-side load test: rollout-proxy against the Atropos proxy (atroposlib 0.4.0), same
 # machine, same mock SGLang upstream, same workload, one run, with the harness in
 # ../shared/perf (or $PERF_HARNESS). Prints the ratio tables (also kept in
-# target/perf/compare.md). The Atropos side runs without vLLM (its tool-call parsing needs an
-# 8 GB torch install), so its turns are text-only; the recorded reference with vLLM is
-# compared too ($PERF_HARNESS/results/atropos-baseline.json).
-# Then both proxies are driven by the Rust load generator (benches/load.rs), which can keep a
-# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved pairs.
+# target/perf/compare.md). Atropos runs twice: as the reference was measured, with vLLM
+# installed for its Hermes tool-call parser (the workload's tool loop; the venv is about
+# 8.6 GB), and without vLLM (its tool calls come back as text, a lighter turn). The recorded
+# reference ($PERF_HARNESS/results/atropos-baseline.json) is compared too.
+# Then the proxies are driven by the Rust load generator (benches/load.rs), which can keep a
+# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved rounds.
 #   PERF_REPEAT (2), PERF_R (200), PERF_C (32): sizes of the Python harness's load runs;
-#   PERF_PAIRS (3): Rust-generator pairs (1500 rollouts for rollout-proxy, 400 for Atropos).
+#   PERF_PAIRS (3): Rust-generator rounds (1500 rollouts for rollout-proxy, 400 for Atropos);
+#   PERF_VLLM (1): 0 leaves out Atropos with vLLM (and its install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$(pwd)
 harness=${PERF_HARNESS:-$here/../shared/perf}
 venv=${PERF_VENV:-$HOME/.cache/rollout-proxy/perfvenv}
+vllm_venv=${PERF_VLLM_VENV:-$HOME/.cache/rollout-proxy/perfvenv-vllm}
+with_vllm=${PERF_VLLM:-1}
 out=$here/target/perf
 mkdir -p "$out"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "creating $venv (atroposlib 0.4.0 and the harness's needs)" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet atroposlib==0.4.0 aiohttp tokenizers transformers uvloop orjson
-fi
+# make_venv DIR PACKAGES...: a venv with atroposlib 0.4.0, the harness's needs and PACKAGES.
+make_venv() {
+  local dir=$1
+  shift
+  if [ ! -x "$dir/bin/python" ]; then
+    echo "creating $dir (atroposlib 0.4.0 $*)" >&2
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet atroposlib==0.4.0 aiohttp tokenizers transformers uvloop orjson "$@"
+  fi
+}
+make_venv "$venv"
+if [ "$with_vllm" = 1 ]; then make_venv "$vllm_venv" vllm==0.20.0; fi
 scripts/install-build-deps.sh
 scripts/fetch-fixtures.sh
 cargo build --release --quiet
@@ -32,30 +43,45 @@ cd "$harness"
 "$venv/bin/python" bench.py --name rollout-proxy --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
   --proxy-cmd "$here/target/release/rollout-proxy serve --port {port} --tokenizer $PERF_TOKENIZER_DIR --backend http://{upstream_host}:{upstream_port} --backend-type sglang --model-name Qwen/Qwen3-8B" \
   --logs "$out/logs" --out "$out/rollout-proxy.json"
+atropos_vllm="$vllm_venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR"
+atropos_light="$venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
+if [ "$with_vllm" = 1 ]; then
+  "$vllm_venv/bin/python" bench.py --name atropos-vllm --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
+    --proxy-cmd "$atropos_vllm" --logs "$out/logs" --out "$out/atropos-vllm.json"
+fi
 "$venv/bin/python" bench.py --name atropos --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
-  --proxy-cmd "$venv/bin/python {here}/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm" \
-  --logs "$out/logs" --out "$out/atropos.json"
+  --proxy-cmd "$atropos_light" --logs "$out/logs" --out "$out/atropos.json"
 {
-  echo "# this run: Atropos (no vLLM) vs rollout-proxy"
+  if [ "$with_vllm" = 1 ]; then
+    echo "# this run: Atropos with vLLM (the reference's configuration) vs rollout-proxy"
+    "$venv/bin/python" compare.py "$out/atropos-vllm.json" "$out/rollout-proxy.json"
+    echo
+  fi
+  echo "# this run: Atropos without vLLM vs rollout-proxy"
   "$venv/bin/python" compare.py "$out/atropos.json" "$out/rollout-proxy.json"
   echo
   echo "# the recorded reference (Atropos with vLLM) vs rollout-proxy"
   "$venv/bin/python" compare.py results/atropos-baseline.json "$out/rollout-proxy.json"
 } | tee "$out/compare.md"
 cd "$here"
-atropos_cmd="$venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
 rust_load() { GROWTH_TURNS=0 cargo bench --quiet --bench load 2>/dev/null | grep ' turns in '; }
 cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }
+# against NAME COMMAND: one Atropos run of a round, and its CPU ratio to this round's ours.
+against() {
+  local theirs
+  theirs=$(LOAD_R=400 LOAD_PROXY_CMD="$2" rust_load)
+  echo "  $1: $theirs"
+  awk -v a="$(echo "$ours" | cpu)" -v b="$(echo "$theirs" | cpu)" -v n="$1" \
+    'BEGIN { printf "  proxy CPU per turn, rollout-proxy vs %s: %.3f vs %.3f ms = 1/%.1f\n", n, a, b, b / a }'
+}
 {
   echo
-  echo "# Rust load generator, C=32 T=6, interleaved pairs: rollout-proxy, then Atropos (no vLLM)"
-  for pair in $(seq "${PERF_PAIRS:-3}"); do
+  echo "# Rust load generator, C=32 T=6, interleaved rounds: rollout-proxy, then Atropos"
+  for round in $(seq "${PERF_PAIRS:-3}"); do
     ours=$(LOAD_R=1500 rust_load)
-    theirs=$(LOAD_R=400 LOAD_PROXY_CMD="$atropos_cmd" rust_load)
-    echo "pair $pair"
+    echo "round $round"
     echo "  rollout-proxy: $ours"
-    echo "  atropos:       $theirs"
-    awk -v a="$(echo "$ours" | cpu)" -v b="$(echo "$theirs" | cpu)" \
-      'BEGIN { printf "  proxy CPU per turn: %.3f vs %.3f ms = 1/%.1f\n", a, b, b / a }'
+    if [ "$with_vllm" = 1 ]; then against "Atropos with vLLM" "$atropos_vllm"; fi
+    against "Atropos without vLLM" "$atropos_light"
   done
 } | tee -a "$out/compare.md"
