@@ -7,8 +7,11 @@
 # 8.6 GB), and without vLLM (its tool calls come back as text, a lighter turn). The recorded
 # reference ($PERF_HARNESS/results/atropos-baseline.json) is compared too.
 # Then the proxies are driven by the Rust load generator (benches/load.rs), which can keep a
-# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved rounds.
-#   PERF_REPEAT (2), PERF_R (200), PERF_C (32): sizes of the Python harness's load runs;
+# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved rounds; last, the
+# growth of our proxy's CPU per turn over one 128-turn rollout.
+#   PERF_REPEAT (2), PERF_R (1000), PERF_C (32): sizes of the Python harness's load runs (the
+#     reference used R=200; the harness counts CPU in 10 ms clock ticks, and at R=200 our
+#     proxy's whole run is ~15 of them, so longer runs read its CPU to a few percent);
 #   PERF_PAIRS (3): Rust-generator rounds (1500 rollouts for rollout-proxy, 400 for Atropos);
 #   PERF_VLLM (1): 0 leaves out Atropos with vLLM (and its install).
 set -euo pipefail
@@ -20,14 +23,16 @@ vllm_venv=${PERF_VLLM_VENV:-$HOME/.cache/rollout-proxy/perfvenv-vllm}
 with_vllm=${PERF_VLLM:-1}
 out=$here/target/perf
 mkdir -p "$out"
-# make_venv DIR PACKAGES...: a venv with atroposlib 0.4.0, the harness's needs and PACKAGES.
+# make_venv DIR PACKAGES...: a venv with atroposlib 0.4.0, the harness's needs and PACKAGES;
+# marked complete only once every package installed, so an interrupted install is redone.
 make_venv() {
   local dir=$1
   shift
-  if [ ! -x "$dir/bin/python" ]; then
-    echo "creating $dir (atroposlib 0.4.0 $*)" >&2
+  if [ ! -e "$dir/.installed" ]; then
+    echo "setting up $dir (atroposlib 0.4.0 $*)" >&2
     python3 -m venv "$dir"
     "$dir/bin/pip" install --quiet atroposlib==0.4.0 aiohttp tokenizers transformers uvloop orjson "$@"
+    touch "$dir/.installed"
   fi
 }
 make_venv "$venv"
@@ -36,7 +41,7 @@ scripts/install-build-deps.sh
 scripts/fetch-fixtures.sh
 cargo build --release --quiet
 export PERF_TOKENIZER_DIR=$here/fixtures/cache/qwen3 HF_HUB_OFFLINE=1
-sizes=(-C "${PERF_C:-32}" -R "${PERF_R:-200}" -T 6 --repeat "${PERF_REPEAT:-2}"
+sizes=(-C "${PERF_C:-32}" -R "${PERF_R:-1000}" -T 6 --repeat "${PERF_REPEAT:-2}"
   --mem-sessions 1000 --mem-target-tokens 4000 --mem-turns 4 --mem-rounds 2)
 scenarios=load:0,load:0:pin,load:50,mem:0
 cd "$harness"
@@ -84,4 +89,9 @@ against() {
     if [ "$with_vllm" = 1 ]; then against "Atropos with vLLM" "$atropos_vllm"; fi
     against "Atropos without vLLM" "$atropos_light"
   done
+} | tee -a "$out/compare.md"
+{
+  echo
+  echo "# growth, rollout-proxy alone (cargo bench --bench load)"
+  LOAD_R=64 cargo bench --quiet --bench load 2>/dev/null | sed -n '/^growth/,$p'
 } | tee -a "$out/compare.md"
