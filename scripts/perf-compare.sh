@@ -8,7 +8,7 @@
 # reference ($PERF_HARNESS/results/atropos-baseline.json) is compared too.
 # Then the proxies are driven by the Rust load generator (benches/load.rs), which can keep a
 # proxy busy where the Python harness cannot, in PERF_PAIRS interleaved rounds; last, the
-# growth of our proxy's CPU per turn over one 128-turn rollout.
+# growth of our proxy's CPU per turn over one 128-turn rollout (also drawn as an SVG).
 #   PERF_REPEAT (2), PERF_R (1000), PERF_C (32): sizes of the Python harness's load runs (the
 #     reference used R=200; the harness counts CPU in 10 ms clock ticks, and at R=200 our
 #     proxy's whole run is ~15 of them, so longer runs read its CPU to a few percent);
@@ -90,8 +90,10 @@ against() {
     against "Atropos without vLLM" "$atropos_light"
   done
 } | tee -a "$out/compare.md"
+LOAD_R=64 cargo bench --quiet --bench load 2>/dev/null | sed -n '/^growth/,$p' > "$out/growth.txt"
+scripts/plot-growth.py "$out/growth.svg" "$out/growth.txt"
 {
   echo
-  echo "# growth, rollout-proxy alone (cargo bench --bench load)"
-  LOAD_R=64 cargo bench --quiet --bench load 2>/dev/null | sed -n '/^growth/,$p'
+  echo "# growth, rollout-proxy alone (cargo bench --bench load; drawn in $out/growth.svg)"
+  cat "$out/growth.txt"
 } | tee -a "$out/compare.md"
