@@ -83,19 +83,19 @@ def main(argv):
     svg.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(goal):.1f}" y2="{y(goal):.1f}" '
                'stroke="#d62728" stroke-dasharray="6 4"/>')
     legend.append(("#d62728", "6 4", f"goal: 3x turn 1 ({goal:.2f} ms)"))
+    def series(points, colour, style):
+        """A line through `points` [(turn, ms)] with a dot on each."""
+        path = " ".join(f"{x(t):.1f},{y(ms):.1f}" for t, ms in points)
+        svg.append(f'<polyline points="{path}" fill="none" stroke="{colour}" {style}/>')
+        for t, ms in points:
+            svg.append(f'<circle cx="{x(t):.1f}" cy="{y(ms):.1f}" r="3" fill="{colour}"/>')
+
     if floor:
-        path = " ".join(f"{x(t):.1f},{y(ms):.1f}" for t, ms in floor)
-        svg.append(f'<polyline points="{path}" fill="none" stroke="#ff7f0e" '
-                   'stroke-dasharray="2 3"/>')
-        for t, ms in floor:
-            svg.append(f'<circle cx="{x(t):.1f}" cy="{y(ms):.1f}" r="3" fill="#ff7f0e"/>')
+        series(floor, "#ff7f0e", 'stroke-dasharray="2 3"')
         legend.append(("#ff7f0e", "2 3", "turn 1 + exact render's growth"))
     for n, run in enumerate(runs):
         colour = COLOURS[n % len(COLOURS)]
-        path = " ".join(f"{x(t):.1f},{y(ms):.1f}" for t, _, ms in run)
-        svg.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for t, _, ms in run:
-            svg.append(f'<circle cx="{x(t):.1f}" cy="{y(ms):.1f}" r="3" fill="{colour}"/>')
+        series([(t, ms) for t, _, ms in run], colour, 'stroke-width="2"')
         end = run[-1]
         legend.append((colour, "", f"run {n + 1}: turn {end[0]} = {end[2] / run[0][2]:.1f}x turn 1"))
 
