@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Side-by-side load test: rollout-proxy against the Atropos proxy (atroposlib 0.4.0), same
-# machine, same mock SGLang upstream, same workload, one run, with the harness in
-# ../shared/perf (or $PERF_HARNESS). Prints the ratio tables (also kept in
-# target/perf/compare.md). Atropos runs twice: as the reference was measured, with vLLM
-# installed for its Hermes tool-call parser (the workload's tool loop; the venv is about
-# 8.6 GB), and without vLLM (its tool calls come back as text, a lighter turn). The recorded
-# reference ($PERF_HARNESS/results/atropos-baseline.json) is compared too.
-# Then the proxies are driven by the Rust load generator (benches/load.rs), which can keep a
-# proxy busy where the Python harness cannot, in PERF_PAIRS interleaved rounds; last, the
-# growth of our proxy's CPU per turn over one 128-turn rollout (also drawn as an SVG).
+# machine, same zero-latency SGLang upstream, same workload, one run. Prints the ratio tables
+# (also kept in target/perf/compare.md).
+#
+# Atropos runs twice: as its recorded reference was measured, with vLLM installed for its
+# Hermes tool-call parser (the workload's tool loop; the venv is about 8.6 GB), and without vLLM
+# (its tool calls come back as text, a lighter turn). Both are started by scripts/run-atropos.py.
+#
+# 1. Optional: the Python load harness the reference was recorded with (its bench.py and
+#    compare.py), when PERF_HARNESS names its folder; skipped otherwise. It compares against
+#    its recorded reference ($PERF_HARNESS/results/atropos-baseline.json) too.
+# 2. The Rust load generator (benches/load.rs, the same workload; it can keep a proxy busy
+#    where the Python harness cannot), in PERF_PAIRS interleaved rounds.
+# 3. The growth of our proxy's CPU per turn over one 128-turn rollout (also drawn as an SVG).
+#   PERF_HARNESS: the Python harness's folder (optional, see 1);
 #   PERF_REPEAT (2), PERF_R (1000), PERF_C (32): sizes of the Python harness's load runs (the
 #     reference used R=200; the harness counts CPU in 10 ms clock ticks, and at R=200 our
 #     proxy's whole run is ~15 of them, so longer runs read its CPU to a few percent);
@@ -17,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$(pwd)
-harness=${PERF_HARNESS:-$here/../shared/perf}
+harness=${PERF_HARNESS:-}
 venv=${PERF_VENV:-$HOME/.cache/rollout-proxy/perfvenv}
 vllm_venv=${PERF_VLLM_VENV:-$HOME/.cache/rollout-proxy/perfvenv-vllm}
 with_vllm=${PERF_VLLM:-1}
@@ -41,33 +46,38 @@ scripts/install-build-deps.sh
 scripts/fetch-fixtures.sh
 cargo build --release --quiet
 export PERF_TOKENIZER_DIR=$here/fixtures/cache/qwen3 HF_HUB_OFFLINE=1
-sizes=(-C "${PERF_C:-32}" -R "${PERF_R:-1000}" -T 6 --repeat "${PERF_REPEAT:-2}"
-  --mem-sessions 1000 --mem-target-tokens 4000 --mem-turns 4 --mem-rounds 2)
-scenarios=load:0,load:0:pin,load:50,mem:0
-cd "$harness"
-"$venv/bin/python" bench.py --name rollout-proxy --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
-  --proxy-cmd "$here/target/release/rollout-proxy serve --port {port} --tokenizer $PERF_TOKENIZER_DIR --backend http://{upstream_host}:{upstream_port} --backend-type sglang --model-name Qwen/Qwen3-8B" \
-  --logs "$out/logs" --out "$out/rollout-proxy.json"
-atropos_vllm="$vllm_venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR"
-atropos_light="$venv/bin/python $harness/run_atropos_proxy.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
-if [ "$with_vllm" = 1 ]; then
-  "$vllm_venv/bin/python" bench.py --name atropos-vllm --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
-    --proxy-cmd "$atropos_vllm" --logs "$out/logs" --out "$out/atropos-vllm.json"
-fi
-"$venv/bin/python" bench.py --name atropos --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
-  --proxy-cmd "$atropos_light" --logs "$out/logs" --out "$out/atropos.json"
-{
+atropos_vllm="$vllm_venv/bin/python $here/scripts/run-atropos.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR"
+atropos_light="$venv/bin/python $here/scripts/run-atropos.py --port {port} --upstream {upstream} --tokenizer-dir $PERF_TOKENIZER_DIR --no-vllm"
+: >"$out/compare.md"
+if [ -n "$harness" ]; then
+  sizes=(-C "${PERF_C:-32}" -R "${PERF_R:-1000}" -T 6 --repeat "${PERF_REPEAT:-2}"
+    --mem-sessions 1000 --mem-target-tokens 4000 --mem-turns 4 --mem-rounds 2)
+  scenarios=load:0,load:0:pin,load:50,mem:0
+  cd "$harness"
+  "$venv/bin/python" bench.py --name rollout-proxy --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
+    --proxy-cmd "$here/target/release/rollout-proxy serve --port {port} --tokenizer $PERF_TOKENIZER_DIR --backend http://{upstream_host}:{upstream_port} --backend-type sglang --model-name Qwen/Qwen3-8B" \
+    --logs "$out/logs" --out "$out/rollout-proxy.json"
   if [ "$with_vllm" = 1 ]; then
-    echo "# this run: Atropos with vLLM (the reference's configuration) vs rollout-proxy"
-    "$venv/bin/python" compare.py "$out/atropos-vllm.json" "$out/rollout-proxy.json"
-    echo
+    "$vllm_venv/bin/python" bench.py --name atropos-vllm --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
+      --proxy-cmd "$atropos_vllm" --logs "$out/logs" --out "$out/atropos-vllm.json"
   fi
-  echo "# this run: Atropos without vLLM vs rollout-proxy"
-  "$venv/bin/python" compare.py "$out/atropos.json" "$out/rollout-proxy.json"
-  echo
-  echo "# the recorded reference (Atropos with vLLM) vs rollout-proxy"
-  "$venv/bin/python" compare.py results/atropos-baseline.json "$out/rollout-proxy.json"
-} | tee "$out/compare.md"
+  "$venv/bin/python" bench.py --name atropos --proxy-port 9100 --scenarios "$scenarios" "${sizes[@]}" \
+    --proxy-cmd "$atropos_light" --logs "$out/logs" --out "$out/atropos.json"
+  {
+    if [ "$with_vllm" = 1 ]; then
+      echo "# this run: Atropos with vLLM (the reference's configuration) vs rollout-proxy"
+      "$venv/bin/python" compare.py "$out/atropos-vllm.json" "$out/rollout-proxy.json"
+      echo
+    fi
+    echo "# this run: Atropos without vLLM vs rollout-proxy"
+    "$venv/bin/python" compare.py "$out/atropos.json" "$out/rollout-proxy.json"
+    echo
+    echo "# the recorded reference (Atropos with vLLM) vs rollout-proxy"
+    "$venv/bin/python" compare.py results/atropos-baseline.json "$out/rollout-proxy.json"
+  } | tee -a "$out/compare.md"
+else
+  echo "PERF_HARNESS not set: the Python harness's runs are skipped" >&2
+fi
 cd "$here"
 rust_load() { GROWTH_TURNS=0 cargo bench --quiet --bench load 2>/dev/null | grep ' turns in '; }
 cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }

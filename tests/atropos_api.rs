@@ -44,6 +44,32 @@ async fn health_and_models() {
     assert_eq!(data["object"], "list");
     assert_eq!(data["data"].as_array().unwrap().len(), 1);
     assert_eq!(data["data"][0]["id"], "test_model");
+    let (status, data) = proxy.get("/v1/models/test_model").await;
+    assert_eq!((status, &data["id"]), (200, &json!("test_model")), "{data}");
+    let (status, data) = proxy.get("/v1/models/other/model").await;
+    assert_eq!(status, 404);
+    assert_openai_error(&data);
+}
+
+/// Clients whose base URL is a session's (`/{uuid}/v1`: the OpenAI SDK, LiteLLM) list the
+/// models there too; an unknown session is a 404, and listing leaves the session unused.
+#[tokio::test]
+async fn models_under_a_session_base_url() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let (_, before) = proxy.get("/sessions").await;
+    let (status, data) = proxy.get(&format!("/{uuid}/v1/models")).await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(data, proxy.get("/v1/models").await.1);
+    let (status, data) = proxy.get(&format!("/{uuid}/v1/models/test_model")).await;
+    assert_eq!((status, &data["id"]), (200, &json!("test_model")), "{data}");
+    let (status, data) = proxy.get(&format!("/{uuid}/v1/models/gpt-4o")).await;
+    assert_eq!(status, 404);
+    assert_openai_error(&data);
+    let (status, data) = proxy.get("/no-such-session/v1/models").await;
+    assert_eq!(status, 404);
+    assert_openai_error(&data);
+    assert_eq!(proxy.get("/sessions").await.1, before);
 }
 
 #[tokio::test]

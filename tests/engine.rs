@@ -323,11 +323,7 @@ fn llama_cpp_tokenizes_every_golden_render_like_the_reference() {
 #[tokio::test]
 async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
     let cache = common::scratch_dir("default-model-cache");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
         .args([
             "serve",
@@ -340,17 +336,10 @@ async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let _server = KillOnDrop(child);
+    let _server = common::KillOnDrop(child);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let start = Instant::now();
-    let health: Value = loop {
-        if let Ok(response) = client.get(format!("{base}/health")).send().await {
-            break response.json().await.unwrap();
-        }
-        assert!(start.elapsed() < Duration::from_secs(300), "never started");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let health = common::wait_for_health(&client, &base).await;
     assert_eq!(health["model"], "SmolLM2-135M-Instruct.Q4_1", "{health}");
     assert!(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file());
     let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
@@ -369,16 +358,6 @@ async fn serve_with_no_backend_fetches_and_serves_the_default_model() {
     let sampled = reply["choices"][0]["token_ids"].as_array().unwrap().len();
     assert!((1..=4).contains(&sampled), "{reply}");
     let _ = std::fs::remove_dir_all(&cache);
-}
-
-/// Stops the server even when the test fails.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A session's cache outlives other sessions' turns while free slots remain, and a prompt

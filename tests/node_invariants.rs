@@ -405,3 +405,42 @@ async fn client_written_tool_calls_are_rendered_by_the_template() {
     );
     assert_eq!(data["token_ids"], json!(tok.encode(text).unwrap()));
 }
+
+/// `/render`'s `prompt_text` is the template's output byte for byte, also where the tokenizer
+/// normalises text (Qwen3's NFC composes `e\u{301}`, so its ids decode to `é`), and also once
+/// the prompt extends a node: then it is the render with the sampled turn as its text.
+#[tokio::test]
+async fn render_text_is_the_template_output_byte_for_byte() {
+    let tok = tokenizer("qwen3");
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "Cafe\u{301} \u{2014} ça?"})];
+    let first = proxy.render(&uuid, json!({"messages": messages})).await;
+    let text = "<|im_start|>user\nCafe\u{301} \u{2014} ça?<|im_end|>\n<|im_start|>assistant\n";
+    assert_eq!(first["prompt_text"], text);
+    let ids = tok.encode(text).unwrap();
+    assert_eq!(first["token_ids"], json!(ids));
+    assert_ne!(tok.decode(&ids), text, "the tokenizer composes the accent");
+
+    proxy
+        .turn(
+            &uuid,
+            Sample::stop(tok.encode("Oui.<|im_end|>").unwrap()),
+            json!({"messages": messages}),
+        )
+        .await;
+    messages.push(json!({"role": "assistant", "content": "Oui."}));
+    messages.push(json!({"role": "user", "content": "E\u{301}te\u{301}?"}));
+    let second = proxy.render(&uuid, json!({"messages": messages})).await;
+    assert_eq!(second["extends_node"], 0, "{second}");
+    let fresh = proxy.session(json!({})).await;
+    let template_output = proxy.render(&fresh, json!({"messages": messages})).await;
+    assert_eq!(second["prompt_text"], template_output["prompt_text"]);
+    assert!(
+        second["prompt_text"]
+            .as_str()
+            .unwrap()
+            .ends_with("Oui.<|im_end|>\n<|im_start|>user\nE\u{301}te\u{301}?<|im_end|>\n<|im_start|>assistant\n"),
+        "{second}"
+    );
+}

@@ -79,6 +79,28 @@ async fn sse_chunks_in_order_with_token_ids_and_usage() {
     }
 }
 
+/// The stream says its charset: a client that goes by the header (Python `requests` falls back
+/// to Latin-1 for a text type without one) reads `— ça` as sent.
+#[tokio::test]
+async fn event_streams_declare_utf8() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(chars("— ça")));
+    let body = json!({"messages": [{"role": "user", "content": "Hello"}]});
+    let response = proxy.start_stream(&uuid, body).await;
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream; charset=utf-8"
+    );
+    let raw = response.bytes().await.unwrap();
+    let events: Vec<Value> = std::str::from_utf8(&raw)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|block| serde_json::from_str(block.strip_prefix("data: ")?).ok())
+        .collect();
+    assert_eq!(content(&events), "— ça");
+}
+
 #[tokio::test]
 async fn chunks_arrive_as_tokens_are_sampled() {
     let proxy = Proxy::atropos();

@@ -18,11 +18,61 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     }))
 }
 
+/// `GET /v1/models`: the served model, as OpenAI lists models.
 pub async fn models(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
-        "object": "list",
-        "data": [{"id": state.model_name, "object": "model", "owned_by": "rollout-proxy"}],
-    }))
+    HttpResponse::Ok().json(json!({"object": "list", "data": [model_card(&state)]}))
+}
+
+/// `GET /v1/models/{model}`: the served model by its id (ids may hold `/`), else a 404.
+pub async fn model(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    if id != state.model_name {
+        return Err(ApiError::not_found(format!(
+            "the model `{id}` does not exist; this proxy serves `{}`",
+            state.model_name
+        )));
+    }
+    Ok(HttpResponse::Ok().json(model_card(&state)))
+}
+
+/// `GET /{uuid}/v1/models`: the same list for clients whose base URL is a session's
+/// (`/{uuid}/v1`: the OpenAI SDK, LiteLLM, agent frameworks); 404 for an unknown session.
+pub async fn session_models(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    known_session(&state, &path)?;
+    Ok(models(state).await)
+}
+
+/// `GET /{uuid}/v1/models/{model}`.
+pub async fn session_model(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (session, id) = path.into_inner();
+    known_session(&state, &session)?;
+    model(state, web::Path::from(id)).await
+}
+
+/// A listing is not a turn: the session must exist, but is not marked as used.
+fn known_session(state: &AppState, id: &str) -> Result<(), ApiError> {
+    match state.sessions.get(id) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::no_session(id)),
+    }
+}
+
+fn model_card(state: &AppState) -> serde_json::Value {
+    json!({
+        "id": state.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "rollout-proxy",
+    })
 }
 
 pub async fn servers(state: web::Data<AppState>) -> HttpResponse {

@@ -39,13 +39,14 @@ pub async fn render(
     let guard = session.state.lock().await;
     let parser = parser_for(&session.options.tool_parser).expect("validated at session creation");
     let plan = super::plan_turn(&state, &session, &guard, &request, parser.as_ref())?;
+    let prompt_text = plan.prompt_text(&state.turn, &guard);
     drop(guard);
     let extends_node = match &plan.base {
         Base::Extend { node } => Some(*node),
         Base::New { .. } => None,
     };
     Ok(HttpResponse::Ok().json(json!({
-        "prompt_text": state.turn.tokenizer.decode(&plan.prompt_ids),
+        "prompt_text": prompt_text,
         "num_tokens": plan.prompt_ids.len(),
         "token_ids": plan.prompt_ids,
         "extends_node": extends_node,

@@ -192,5 +192,6 @@ fn plan_for_prompt(
         history,
         // A raw-text prompt has no chat structure to check on a later chat turn.
         next_check: generation_check("", ""),
+        rendered: None,
     })
 }

@@ -137,8 +137,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::post().to(completions::completions),
     )
     .route("/{uuid}/nodes", web::get().to(sessions::nodes))
+    .route("/{uuid}/v1/models", web::get().to(admin::session_models))
+    .route(
+        "/{uuid}/v1/models/{model:.+}",
+        web::get().to(admin::session_model),
+    )
     .route("/health", web::get().to(admin::health))
     .route("/v1/models", web::get().to(admin::models))
+    .route("/v1/models/{model:.+}", web::get().to(admin::model))
     .route("/servers", web::get().to(admin::servers))
     .route("/setup", web::post().to(admin::setup))
     .route("/sessions/create", web::post().to(sessions::create))

@@ -73,6 +73,58 @@ pub struct Plan {
     pub history: Vec<HistoryEntry>,
     /// The check for the text before the turn about to be sampled.
     pub next_check: SegmentCheck,
+    /// The template's output the prompt was built from (`None` for a prompt sent as text or
+    /// ids): see [`Plan::prompt_text`].
+    pub rendered: Option<RenderedPrompt>,
+}
+
+/// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in
+/// order; none when the sampled turns were rendered as their text).
+#[derive(Debug, Clone)]
+pub struct RenderedPrompt {
+    text: String,
+    sampled: Vec<CompletionId>,
+}
+
+impl RenderedPrompt {
+    /// A render whose sampled turns are written in as their text.
+    fn with_turns_as_text(text: String) -> Self {
+        Self {
+            text,
+            sampled: Vec::new(),
+        }
+    }
+}
+
+impl Plan {
+    /// The prompt as text: the template's output byte for byte, with each sampled turn as the
+    /// text of its sampled ids. Tokenizing may normalise text (NFC, say), so this is not always
+    /// the ids decoded; and where the prompt extends a node, the node's ids for earlier turns
+    /// stand as they were sampled (e.g. an earlier generation prompt that history now renders
+    /// differently, as Qwen3's empty think block), which the ids show and this text does not.
+    pub fn prompt_text(&self, ctx: &TurnContext, state: &SessionState) -> String {
+        let Some(rendered) = &self.rendered else {
+            return ctx.tokenizer.decode(&self.prompt_ids);
+        };
+        let Some(pieces) = ctx
+            .placeholders
+            .split(&rendered.text, rendered.sampled.len())
+        else {
+            return rendered.text.clone();
+        };
+        let pieces = strip_end_tokens(state, &rendered.sampled, pieces);
+        let mut text = String::with_capacity(rendered.text.len());
+        text.push_str(pieces[0]);
+        for (&completion, piece) in rendered.sampled.iter().zip(&pieces[1..]) {
+            let record = &state.completions[completion];
+            text.push_str(
+                &ctx.tokenizer
+                    .decode(&state.nodes[record.node].slice(record.span)),
+            );
+            text.push_str(piece);
+        }
+        text
+    }
 }
 
 /// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
@@ -171,12 +223,17 @@ pub fn prepare(
         state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
         prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
     }
+    let history = history_entries(&sampled, &pieces);
     Ok(Plan {
         prompt_ids,
         base,
         base_len,
-        history: history_entries(&sampled, &pieces),
+        history,
         next_check,
+        rendered: Some(RenderedPrompt {
+            text: rendered.prompt,
+            sampled,
+        }),
     })
 }
 
@@ -341,6 +398,7 @@ fn template_mode_plan(
                 base_len: node.len(),
                 history,
                 next_check,
+                rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
             });
         }
         let at = node_text
@@ -364,6 +422,7 @@ fn template_mode_plan(
         base_len: 0,
         history,
         next_check,
+        rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
     })
 }
 
@@ -429,5 +488,6 @@ fn faithful_fallback(
         base_len: 0,
         history: history_entries(&sampled, &empty_pieces),
         next_check: generation_check("", ""),
+        rendered: Some(RenderedPrompt::with_turns_as_text(text)),
     })
 }

@@ -3,13 +3,13 @@
 
 use std::path::PathBuf;
 
-/// The golden chat-template corpus (`../shared/conformance/chat_templates`, or
-/// `$ROLLOUT_PROXY_CONFORMANCE_DIR`).
+/// The golden chat-template corpus (`fixtures/chat_templates`, see its README), or
+/// `$ROLLOUT_PROXY_CONFORMANCE_DIR` (e.g. a held-out set in the same format).
 pub fn conformance_dir() -> PathBuf {
     let dir = std::env::var_os("ROLLOUT_PROXY_CONFORMANCE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/chat_templates")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/chat_templates")
         });
     assert!(
         dir.is_dir(),
@@ -62,6 +62,42 @@ use std::sync::Arc;
 pub const ATROPOS_MOCK_TEMPLATE: &str = "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}\
 {%- for m in messages %}<{{ m.role }}>{{ m.content or '' }}</{{ m.role }}>{%- endfor %}\
 {%- if add_generation_prompt %}<assistant>{% endif %}";
+
+/// A port free to listen on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process (a server the test started), killed when dropped, so a failing test stops
+/// it too.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until the server at `base` answers `GET /health` (loading a model may take a while)
+/// and returns that answer.
+pub async fn wait_for_health(client: &reqwest::Client, base: &str) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await {
+            return response.json().await.unwrap();
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(300),
+            "{base} never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
 
 /// A folder for one test's files under cargo's scratch directory for tests (`target/tmp`),
 /// emptied first: tests leave nothing in the system's temporary directory.
@@ -291,7 +327,8 @@ impl Proxy {
         }
     }
 
-    async fn start_stream(&self, uuid: &str, mut body: Value) -> reqwest::Response {
+    /// Starts a streamed turn; the response as it arrives.
+    pub async fn start_stream(&self, uuid: &str, mut body: Value) -> reqwest::Response {
         body["stream"] = Value::Bool(true);
         self.client
             .post(format!("{}/{uuid}/v1/chat/completions", self.url))

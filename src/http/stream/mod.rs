@@ -71,8 +71,10 @@ pub async fn respond(
             .await
             .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), receiver))
     });
+    // The charset is explicit: without one, clients such as Python `requests` decode an
+    // event stream as Latin-1.
     Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
+        .content_type("text/event-stream; charset=utf-8")
         .insert_header(("Cache-Control", "no-cache"))
         .streaming(body))
 }
