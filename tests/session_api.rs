@@ -5,8 +5,7 @@ mod common;
 
 use common::mock_worker::{MockWorker, Reply, Sample, Wire};
 use common::{Proxy, assert_node_shape, char_model_dir, chars, fixture_model};
-use serde_json::{Value, json};
-use std::time::Duration;
+use serde_json::json;
 
 /// Two turns sent at once on one session run one after the other (the upstream never sees
 /// them overlap) and both are recorded intact; different sessions do run in parallel.
@@ -182,12 +181,8 @@ async fn serve_binary_with_config_file() {
         .to_string(),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+    let port = common::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
         .args([
             "serve",
             "--config",
@@ -199,16 +194,10 @@ async fn serve_binary_with_config_file() {
         ])
         .spawn()
         .unwrap();
+    let server = common::KillOnDrop(child);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let mut health = Value::Null;
-    for _ in 0..100 {
-        if let Ok(resp) = client.get(format!("{base}/health")).send().await {
-            health = resp.json().await.unwrap();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let health = common::wait_for_health(&client, &base).await;
     assert_eq!(health["model"], "cfg-model", "{health}");
     assert_eq!(health["servers"], 1);
     let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
@@ -220,8 +209,7 @@ async fn serve_binary_with_config_file() {
         &json!({"messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
-    child.kill().unwrap();
-    let _ = child.wait();
+    drop(server);
     assert_eq!(reply["choices"][0]["message"]["content"], "hey", "{reply}");
     let sent = &worker.requests()[0];
     assert_eq!(sent["model"], "cfg-model");

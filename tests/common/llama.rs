@@ -35,11 +35,7 @@ pub struct LlamaServer {
 impl LlamaServer {
     /// Starts a server on a free port.
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::free_port();
         Self::start_on(port)
     }
 
