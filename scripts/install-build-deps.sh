@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building the C and C++ parts needs (llama.cpp for the in-process engine's
 # llama-cpp-sys-2 crate and the pinned llama-server, jemalloc for tikv-jemalloc-sys): cmake,
-# make, a C++ compiler, libclang for bindgen, and ccache. Debian packages; does nothing when they are
-# already there.
+# make, a C++ compiler, libclang for bindgen, and ccache. Debian packages; does nothing when
+# they are already there.
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null || missing+=(cmake)
