@@ -16,10 +16,9 @@ mod common;
 
 use common::llama::LlamaServer;
 use futures::StreamExt;
-use rollout_proxy::backend::{
-    Backend, GenerateRequest, LlamaCppBackend, SamplingParams, StreamEvent,
-};
+use rollout_proxy::backend::{Backend, LlamaCppBackend};
 use rollout_proxy::engine::{self, Engine, EngineBackend, EngineSettings};
+use rollout_proxy::generation::{GenerateRequest, SamplingParams, StreamEvent};
 use std::time::{Duration, Instant};
 
 const PREFILL: usize = 512;

@@ -7,9 +7,9 @@
 use async_trait::async_trait;
 use criterion::Criterion;
 use rollout_proxy::backend::{
-    Backend, BackendConfig, BackendError, BackendKind, ClientFactory, FinishReason,
-    GenerateRequest, Generation, Pool, PoolSettings, Route, SamplingParams,
+    Backend, BackendConfig, BackendError, BackendKind, ClientFactory, Pool, PoolSettings, Route,
 };
+use rollout_proxy::generation::{FinishReason, GenerateRequest, Generation, SamplingParams};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -10,15 +10,15 @@
 //! - `render_short`: the render of a short tool conversation.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use rollout_proxy::backend::{FinishReason, Generation};
 use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::generation::{FinishReason, Generation};
 use rollout_proxy::json_numbers::NumberArray;
 use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
 use rollout_proxy::turn::segments::Placeholders;
-use rollout_proxy::turn::{SampledChoice, TurnContext, commit, prepare};
+use rollout_proxy::turn::{ChoiceOutput, Reply, TurnContext, commit, prepare};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,18 +61,16 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
         .unwrap();
         let generation =
             Generation::new(answer.clone(), vec![-0.5; answer.len()], FinishReason::Stop);
-        let choice = SampledChoice {
+        let choice = ChoiceOutput {
+            reply: Reply::plain(
+                answer_text.clone(),
+                Some("<|im_end|>".into()),
+                FinishReason::Stop,
+            ),
             generation,
-            end_token_text: Some("<|im_end|>".into()),
-            tool_calls: Vec::new(),
-            fingerprints: vec![rollout_proxy::session::completion::message_fingerprint(
-                &answer_text,
-                std::iter::empty(),
-            )],
             backend: "bench".into(),
-            nudge: None,
         };
-        commit(&mut state, &plan, vec![choice], false);
+        commit(&mut state, &plan, &[choice], None, false);
         messages.push(json!({"role": "assistant", "content": answer_text}));
         turn += 1;
         if state.nodes[0].len() >= target {

@@ -1,17 +1,18 @@
 //! Start-up configuration: the Atropos-style config file merged with command-line flags.
 
 use crate::backend::{
-    BackendConfig, BackendKind, LlamaCppBackend, Pool, PoolSettings, default_factory,
+    Backend, BackendConfig, BackendKind, ClientFactory, LlamaCppBackend, OpenAiTextBackend, Pool,
+    PoolSettings, SglangBackend, VllmBackend,
 };
-use crate::engine::{self, Engine, EngineSettings};
+use crate::engine::{self, Engine, EngineBackend, EngineSettings};
 use crate::http::AppState;
 use crate::session::SessionStore;
 use crate::template::{
     ChatTemplate, TemplateError, TemplateSpec, load_template, template_with_source,
 };
 use crate::tokenizer::{GgufVocab, Tokenizer};
-use crate::turn::TurnContext;
 use crate::turn::segments::Placeholders;
+use crate::turn::{Pipeline, TurnContext};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,13 +149,15 @@ impl Settings {
         let engine = embedded.map(|e| e.engine);
         let factory = default_factory(&model_name, tokenizer.clone(), engine);
         Ok(AppState {
-            backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
             model_name,
-            turn: TurnContext {
-                template: Arc::new(template),
-                tokenizer,
-                placeholders: Placeholders::new(),
-                generation_prompts: Default::default(),
+            pipeline: Pipeline {
+                context: TurnContext {
+                    template: Arc::new(template),
+                    tokenizer,
+                    placeholders: Placeholders::new(),
+                    generation_prompts: Default::default(),
+                },
+                backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
             },
             sessions: SessionStore::default(),
             default_max_tokens: self
@@ -242,4 +245,36 @@ async fn llama_server_template(
         }
     }
     Ok(None)
+}
+
+/// The standard clients: one per [`BackendKind`].
+fn default_factory(
+    model_name: &str,
+    tokenizer: Arc<Tokenizer>,
+    engine: Option<Arc<crate::engine::Engine>>,
+) -> ClientFactory {
+    let model_name = model_name.to_string();
+    Box::new(move |config: &BackendConfig| -> Box<dyn Backend> {
+        let timeout = Duration::from_secs_f64(config.timeout.max(0.001));
+        let model = config.model_name.as_deref().unwrap_or(&model_name);
+        let key = config.api_key.clone();
+        let url = config.base_url.as_str();
+        match config.server_type {
+            BackendKind::Vllm => Box::new(VllmBackend::new(url, model, key, timeout)),
+            BackendKind::Sglang => Box::new(SglangBackend::new(url, key, timeout)),
+            BackendKind::Llamacpp => Box::new(LlamaCppBackend::new(url, key, timeout)),
+            BackendKind::Openai => Box::new(OpenAiTextBackend::new(
+                url,
+                model,
+                key,
+                timeout,
+                tokenizer.clone(),
+            )),
+            BackendKind::Embedded => Box::new(EngineBackend(
+                engine
+                    .clone()
+                    .expect("embedded entries are only added with a running engine"),
+            )),
+        }
+    })
 }

@@ -1,8 +1,37 @@
-//! rollout-proxy: an OpenAI-compatible proxy that records token-exact training nodes.
+//! rollout-proxy: a proxy between reinforcement-learning environments and inference servers
+//! that records, for every rollout, exactly the tokens the model saw and sampled.
+//!
+//! An agent talks to a session URL (`/{uuid}/v1/chat/completions`, `/{uuid}/v1/completions`)
+//! as it would to any OpenAI-compatible server. Each request is one turn, and every turn takes
+//! the same path whichever API it came in by:
+//!
+//! ```text
+//! http (an API's adapter: wire request in)
+//!   → chat (the conversation, validated: messages, tools, sampling)
+//!   → turn (the pipeline, once for every API)
+//!       plan:    template (render) → tokenizer (ids that extend the session's node)
+//!       sample:  backend (vLLM, SGLang, llama.cpp, OpenAI text; a pool) or engine (in-process)
+//!       reply:   tokenizer (visible text) → reasoning, tools (calls promoted from the text)
+//!       commit:  session (the node grows by the prompt and the sampled ids)
+//!   → http (the adapter writes the reply, whole or as server-sent events)
+//! ```
+//!
+//! The trainer reads the nodes back (`GET /{uuid}/nodes`): `tokens`, `masked_tokens` (-100
+//! where the model did not sample) and `logprobs`. A later turn that resends the conversation
+//! is matched to the ids already sampled, so one rollout stays one node.
+//!
+//! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
+//! [`tokenizer`], [`generation`] (what a backend is asked and answers), [`backend`],
+//! [`engine`], [`reasoning`], [`tools`], [`session`]; start-up in [`config`]; support in
+//! [`json_numbers`] and [`memory`].
+
+// MISSING_DOCS_PLACEHOLDER
+
 pub mod backend;
 pub mod chat;
 pub mod config;
 pub mod engine;
+pub mod generation;
 pub mod http;
 pub mod json_numbers;
 pub mod memory;
@@ -12,3 +41,7 @@ pub mod template;
 pub mod tokenizer;
 pub mod tools;
 pub mod turn;
+
+pub use config::Settings;
+pub use http::{AppState, serve};
+pub use turn::{Pipeline, TurnContext};

@@ -5,7 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 use rollout_proxy::reasoning::{Part, ReasoningStream, split};
 use rollout_proxy::tools::streaming::{CallStream, Piece};
-use rollout_proxy::tools::{DeclaredTools, Promoter, parser_for};
+use rollout_proxy::tools::registry::PARSERS;
+use rollout_proxy::tools::{DeclaredTools, Promoter};
 use std::sync::Arc;
 
 fuzz_target!(|data: &[u8]| {
@@ -20,8 +21,8 @@ fuzz_target!(|data: &[u8]| {
     let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
     let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap()).unwrap().map(Arc::new);
     let promoter = Promoter::new(tools.as_ref(), &["search".to_string()], cut % 2 == 0);
-    for &name in rollout_proxy::tools::PARSER_NAMES {
-        let mut stream = CallStream::new(parser_for(name).unwrap(), promoter.clone(), vec!["###".to_string()]);
+    for entry in PARSERS {
+        let mut stream = CallStream::new(entry.build(), promoter.clone(), vec!["###".to_string()]);
         let mut pieces: Vec<Piece> = chunks.iter().flat_map(|c| stream.push(c)).collect();
         pieces.extend(stream.finish(None));
         let calls = pieces.iter().filter(|p| matches!(p, Piece::Call(_))).count();
@@ -33,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
                     Piece::Call(_) => "",
                 })
                 .collect();
-            assert_eq!(streamed, text, "{name}");
+            assert_eq!(streamed, text, "{}", entry.name);
         }
     }
 

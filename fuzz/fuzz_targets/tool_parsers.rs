@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rollout_proxy::tools::{DeclaredTools, Promoter, parser_for};
+use rollout_proxy::tools::registry::PARSERS;
+use rollout_proxy::tools::{DeclaredTools, Promoter};
 use std::sync::Arc;
 
 fuzz_target!(|data: &[u8]| {
@@ -16,8 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let names = vec!["search".to_string(), "Bash".to_string()];
     for heal in [false, true] {
         let promoter = Promoter::new(tools.as_ref(), &names, heal);
-        for &name in rollout_proxy::tools::PARSER_NAMES {
-            let parsed = parser_for(name).unwrap().parse(&text, &promoter);
+        for entry in PARSERS {
+            let parsed = entry.build().parse(&text, &promoter);
             for call in &parsed.calls {
                 let arguments: serde_json::Value = serde_json::from_str(&call.arguments).expect("arguments are JSON");
                 assert!(arguments.is_object());

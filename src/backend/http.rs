@@ -1,7 +1,8 @@
 //! The HTTP plumbing the JSON backends share: requests with timeouts, auth and error mapping,
 //! and server-sent-event parsing.
 
-use super::{BackendError, EventStream, StreamEvent};
+use super::{BackendError, EventStream};
+use crate::generation::StreamEvent;
 use crate::json_numbers::NumberArray;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

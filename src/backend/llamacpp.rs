@@ -8,10 +8,8 @@
 //! one for every sampled token.
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
-use super::{
-    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
-    StreamEvent,
-};
+use super::{Backend, BackendError, EventStream};
+use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};

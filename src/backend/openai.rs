@@ -4,7 +4,8 @@
 //! the provider's only when its tokens line up one to one with the proxy's, else 0.0.
 
 use super::http::{JsonClient, server_root, set_present};
-use super::{Backend, BackendError, FinishReason, GenerateRequest, Generation, StopMatch};
+use super::{Backend, BackendError};
+use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch};
 use crate::tokenizer::Tokenizer;
 use async_trait::async_trait;
 use serde_json::{Value, json};

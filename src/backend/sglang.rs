@@ -1,10 +1,8 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
-use super::{
-    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
-    StreamEvent,
-};
+use super::{Backend, BackendError, EventStream};
+use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
 use async_trait::async_trait;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -360,8 +358,8 @@ impl Backend for SglangBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::SamplingParams;
     use crate::backend::http::JsonBody;
+    use crate::generation::SamplingParams;
     use serde_json::json;
 
     fn typed(output: Value) -> Output {

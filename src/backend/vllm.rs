@@ -2,10 +2,8 @@
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
-use super::{
-    Backend, BackendError, EventStream, FinishReason, GenerateRequest, Generation, StopMatch,
-    StreamEvent,
-};
+use super::{Backend, BackendError, EventStream};
+use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -341,7 +339,7 @@ mod tests {
     fn request_maps_sampling_fields() {
         let request = GenerateRequest {
             prompt: vec![1, 2],
-            params: crate::backend::SamplingParams {
+            params: crate::generation::SamplingParams {
                 max_tokens: Some(8),
                 top_k: Some(5),
                 stop: vec!["x".into()],

@@ -2,7 +2,7 @@
 
 use super::messages::{ChatMessage, MessageError};
 use super::wire::WireMessage;
-use crate::backend::SamplingParams;
+use crate::generation::SamplingParams;
 use crate::tools::{DeclaredTools, ToolsError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -102,6 +102,8 @@ pub struct ChatRequest {
     pub nudge_tool_calls: bool,
     /// Add the prompt's ids to the reply as `prompt_token_ids` (default off, as in vLLM).
     pub return_token_ids: bool,
+    /// Returned tool calls are named `{call_id_prefix}{n}` (`call_` in OpenAI's APIs).
+    pub call_id_prefix: &'static str,
 }
 
 /// Why a request body cannot be served.
@@ -190,6 +192,7 @@ impl ChatRequest {
             nudge_tool_calls: body.nudge_tool_calls.unwrap_or(false)
                 && body.auto_heal_tool_calls != Some(false),
             return_token_ids: body.return_token_ids.unwrap_or(false),
+            call_id_prefix: "call_",
         })
     }
 

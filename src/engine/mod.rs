@@ -11,7 +11,8 @@ mod scheduler;
 pub use sampling::{Sampler, SamplingConfig};
 pub use scheduler::new_context;
 
-use crate::backend::{Backend, BackendError, EventStream, GenerateRequest, Generation};
+use crate::backend::{Backend, BackendError, EventStream};
+use crate::generation::{GenerateRequest, Generation};
 use async_trait::async_trait;
 use llama_cpp_2::model::LlamaModel;
 use scheduler::Job;

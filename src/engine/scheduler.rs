@@ -9,7 +9,8 @@
 
 use super::sampling::{Choice, Sampler, SamplingConfig};
 use super::{EngineCounters, EngineError, EngineSettings};
-use crate::backend::{BackendError, FinishReason, StopMatch, StreamEvent};
+use crate::backend::BackendError;
+use crate::generation::{FinishReason, StopMatch, StreamEvent};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let members = state.backends.members();
+    let members = state.pipeline.backends.members();
     HttpResponse::Ok().json(json!({
         "status": "ok",
         "model": state.model_name,
@@ -76,7 +76,7 @@ fn model_card(state: &AppState) -> serde_json::Value {
 }
 
 pub async fn servers(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(state.backends.status())
+    HttpResponse::Ok().json(state.pipeline.backends.status())
 }
 
 /// `POST /setup`: the same JSON as the config file (`servers` is what is used).
@@ -91,7 +91,7 @@ pub async fn setup(
 ) -> Result<HttpResponse, ApiError> {
     let body: SetupBody = read_json(payload, state.max_body_bytes).await?;
     let count = body.servers.len();
-    state.backends.replace(body.servers);
+    state.pipeline.backends.replace(body.servers);
     tracing::info!(servers = count, "backend list replaced");
     Ok(HttpResponse::Ok().json(json!({"status": "ok", "servers": count})))
 }

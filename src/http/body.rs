@@ -1,4 +1,5 @@
-//! Reading JSON bodies with OpenAI-shaped errors (actix's extractors answer in plain text).
+//! JSON bodies in and out: reading them with errors in the API's shape (actix's extractors
+//! answer in plain text), and writing replies whose long id lists skip `serde_json::Value`.
 
 use super::ApiError;
 use actix_web::http::StatusCode;
@@ -50,4 +51,45 @@ fn too_large(limit: usize) -> ApiError {
         "invalid_request_error",
         format!("request body exceeds {limit} bytes"),
     )
+}
+
+/// A 200 reply carrying already serialised JSON.
+pub fn json_response(body: Vec<u8>) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
+}
+
+/// `body` (a JSON object) serialised with `key: ids` added last, the ids written straight
+/// from the slice: a long prompt costs no JSON value per token.
+pub fn json_with_ids(body: &impl serde::Serialize, key: &str, ids: &[u32]) -> Vec<u8> {
+    let mut out = serde_json::to_vec(body).unwrap_or_default();
+    if out.last() == Some(&b'}') {
+        out.pop();
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, ids);
+        out.push(b'}');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn ids_are_written_last_into_the_object() {
+        let out = json_with_ids(&json!({"a": 1}), "ids", &[3, 4]);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&out).unwrap(),
+            json!({"a": 1, "ids": [3, 4]})
+        );
+        let out = json_with_ids(&json!({}), "ids", &[]);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"ids":[]}"#);
+    }
 }

@@ -41,6 +41,17 @@ impl ApiError {
     pub fn no_session(id: &str) -> Self {
         Self::not_found(format!("session {id} not found"))
     }
+
+    /// The OpenAI error body, as a reply or as an event of a stream that already began.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "code": self.status.as_u16(),
+            }
+        })
+    }
 }
 
 impl ResponseError for ApiError {
@@ -49,13 +60,7 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(serde_json::json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "code": self.status.as_u16(),
-            }
-        }))
+        HttpResponse::build(self.status).json(self.body())
     }
 }
 
@@ -97,6 +102,8 @@ impl From<TurnError> for ApiError {
         match error {
             TurnError::Template(e) => e.into(),
             TurnError::Tokenizer(e) => e.into(),
+            TurnError::Backend(e) => e.into(),
+            TurnError::EmptyPrompt => Self::bad_request(error.to_string()),
         }
     }
 }

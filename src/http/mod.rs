@@ -1,22 +1,20 @@
-//! The HTTP edge: routes, JSON bodies, and the shared application state.
+//! The HTTP edge: routes, the shared application state, and one adapter per API.
 //!
-//! Data flow of a chat turn: `chat` parses the request → `turn::prepare` renders and tokenizes
-//! → the backend samples → `turn::commit` records the node → `response` builds the reply.
+//! An adapter parses its wire request into a [`crate::chat::ChatRequest`], runs the turn on
+//! [`crate::turn::Pipeline`], and writes the turn's output in its wire format ([`openai`]:
+//! chat and text completions). Errors of every module are mapped to HTTP once, in [`error`].
 
 mod admin;
 mod body;
-mod chat;
-mod completions;
 pub mod error;
-mod response;
+mod openai;
 mod sessions;
-mod stream;
+mod sse;
 
 pub use error::ApiError;
 
-use crate::backend::{EventStream, GenerateRequest, Pool, Route, pool::Sampled};
 use crate::session::{Session, SessionStore};
-use crate::turn::TurnContext;
+use crate::turn::Pipeline;
 use actix_web::{App, HttpServer, web};
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -25,8 +23,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct AppState {
     pub model_name: String,
-    pub turn: TurnContext,
-    pub backends: Arc<Pool>,
+    /// Runs turns: the model-side pieces and the backend pool.
+    pub pipeline: Pipeline,
     pub sessions: SessionStore,
     /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,
@@ -50,75 +48,6 @@ impl AppState {
     }
 }
 
-/// Runs a generation for `session` through the pool: on its pinned backend, else preferring
-/// the one its previous turn ran on; records the affinity figure.
-async fn sample(
-    state: &AppState,
-    session: &Session,
-    request: &GenerateRequest,
-) -> Result<Sampled, ApiError> {
-    let previous = session.backend();
-    let sampled = state
-        .backends
-        .generate(request, route(session, previous.as_deref()))
-        .await?;
-    if let Some(used) = sampled.backends.first() {
-        state.backends.record_affinity(previous.as_deref(), used);
-        session.set_backend(used.clone());
-    }
-    Ok(sampled)
-}
-
-/// Like [`sample`], for one streamed sample.
-async fn sample_stream(
-    state: &AppState,
-    session: &Session,
-    request: &GenerateRequest,
-) -> Result<(EventStream, Arc<str>), ApiError> {
-    let previous = session.backend();
-    let (events, used) = state
-        .backends
-        .generate_stream(request, route(session, previous.as_deref()))
-        .await?;
-    state.backends.record_affinity(previous.as_deref(), &used);
-    session.set_backend(used.clone());
-    Ok((events, used))
-}
-
-/// The prompt of a turn on `session` (whose state is `session_state`).
-fn plan_turn(
-    state: &AppState,
-    session: &Session,
-    session_state: &crate::session::SessionState,
-    request: &crate::chat::ChatRequest,
-    parser: &dyn crate::tools::ToolParser,
-) -> Result<crate::turn::Plan, ApiError> {
-    let history = session.options.history;
-    Ok(crate::turn::prepare(
-        &state.turn,
-        session_state,
-        request,
-        history,
-        parser,
-    )?)
-}
-
-/// `Some(opened)` when the session returns reasoning separately; `opened` says whether the
-/// prompt itself opened the reasoning block.
-fn reasoning_mode(state: &AppState, session: &Session, plan: &crate::turn::Plan) -> Option<bool> {
-    session.options.reasoning.then(|| {
-        let tail = &plan.prompt_ids[plan.prompt_ids.len().saturating_sub(4)..];
-        crate::reasoning::opened_by(&state.turn.tokenizer.decode(tail))
-    })
-}
-
-fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
-    match &session.options.base_url {
-        Some(url) => Route::Pinned(url),
-        None => Route::Prefer(previous),
-    }
-}
-
 /// Registers every route on an actix app. A rollout's routes with more than one segment come
 /// first: routes are tried in order, each pattern with a session id by a regex, and a turn is
 /// the request served most often. None of those patterns matches a fixed route's path;
@@ -126,15 +55,15 @@ fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         "/{uuid}/v1/chat/completions",
-        web::post().to(chat::completions),
+        web::post().to(openai::chat::completions),
     )
     .route(
         "/{uuid}/v1/chat/completions/render",
-        web::post().to(chat::render),
+        web::post().to(openai::chat::render),
     )
     .route(
         "/{uuid}/v1/completions",
-        web::post().to(completions::completions),
+        web::post().to(openai::completions::completions),
     )
     .route("/{uuid}/nodes", web::get().to(sessions::nodes))
     .route("/{uuid}/v1/models", web::get().to(admin::session_models))
@@ -173,7 +102,7 @@ pub fn serve(
     listener: TcpListener,
     workers: Option<usize>,
 ) -> std::io::Result<actix_web::dev::Server> {
-    actix_web::rt::spawn(state.backends.clone().run_health_checks());
+    actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
     let data = web::Data::from(state);
     let mut server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes));

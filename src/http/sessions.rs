@@ -4,7 +4,7 @@ use super::body::read_json;
 use super::{ApiError, AppState};
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
-use crate::tools::{PARSER_NAMES, parser_for};
+use crate::tools::ToolFormat;
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -28,17 +28,14 @@ pub async fn create(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body: CreateBody = read_json(payload, state.max_body_bytes).await?;
-    let tool_parser = body.tool_parser.unwrap_or_else(|| "hermes".to_string());
-    if parser_for(&tool_parser).is_none() {
-        return Err(ApiError::bad_request(format!(
-            "unknown tool_parser '{tool_parser}' (available: {})",
-            PARSER_NAMES.join(", ")
-        )));
-    }
+    let tool_parser = match body.tool_parser {
+        Some(name) => ToolFormat::named(&name).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        None => ToolFormat::default(),
+    };
     if let Some(url) = body
         .base_url
         .as_deref()
-        .filter(|url| !state.backends.contains(url))
+        .filter(|url| !state.pipeline.backends.contains(url))
     {
         return Err(ApiError::bad_request(format!(
             "base_url {url} is not a configured backend"
@@ -115,7 +112,7 @@ pub async fn nodes(
         })?;
     }
     body.extend_from_slice(b"]}");
-    Ok(super::response::json_response(body))
+    Ok(super::body::json_response(body))
 }
 
 /// A node's `metadata`, written straight from the node.
@@ -140,7 +137,7 @@ fn write_node(
 ) -> serde_json::Result<()> {
     let tokens = node.tokens();
     out.extend_from_slice(b"{\"full_text\":");
-    serde_json::to_writer(&mut *out, &state.turn.tokenizer.decode(&tokens))?;
+    serde_json::to_writer(&mut *out, &state.pipeline.context.tokenizer.decode(&tokens))?;
     out.extend_from_slice(b",\"tokens\":");
     let mut array = NumberArray::new(out);
     array.ids(&tokens);

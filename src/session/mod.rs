@@ -33,7 +33,8 @@ pub enum HistoryMode {
 /// Options chosen at `POST /sessions/create`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionOptions {
-    pub tool_parser: String,
+    /// How the model writes tool calls (resolved once, when the session is created).
+    pub tool_parser: crate::tools::ToolFormat,
     /// Keep every completion as its own node with a reference to its parent.
     pub track_tree: bool,
     /// Send every turn to this backend.

@@ -61,7 +61,7 @@ pub struct TurnRecord {
     pub completion_tokens: usize,
     pub finish_reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stop: Option<crate::backend::StopMatch>,
+    pub stop: Option<crate::generation::StopMatch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<String>,
     /// The backend that sampled this turn (shared with the pool: one string per backend).

@@ -1,7 +1,7 @@
 //! Tool-call formats: turning the model's raw text into OpenAI `tool_calls`.
 //!
 //! The node always keeps the raw sampled tokens; parsing only shapes the response. Each format
-//! implements [`ToolParser`]; sessions pick one by name at creation.
+//! implements [`ToolParser`]; sessions pick one by name at creation from [`registry`].
 
 mod auto;
 mod declared;
@@ -13,12 +13,11 @@ mod mistral;
 mod promote;
 mod pythonic;
 mod qwen_xml;
+pub mod registry;
 mod scan;
 pub mod streaming;
 #[cfg(test)]
 mod test_support;
-#[cfg(test)]
-mod unsloth_port;
 
 pub use auto::AutoParser;
 pub use declared::{DeclaredTools, ToolsError};
@@ -30,8 +29,7 @@ pub use mistral::MistralParser;
 pub use promote::Promoter;
 pub use pythonic::PythonicParser;
 pub use qwen_xml::QwenXmlParser;
-
-use std::sync::Arc;
+pub use registry::{ToolFormat, UnknownFormat};
 
 /// A call found in the model's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,32 +122,4 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
 fn python_json(value: &serde_json::Value) -> String {
     let value = minijinja::Value::from(minijinja::value::Serde(value));
     crate::template::pyjson::dumps(&value, &Default::default()).unwrap_or_default()
-}
-
-/// Names accepted by `POST /sessions/create`'s `tool_parser`.
-pub const PARSER_NAMES: &[&str] = &[
-    "hermes",
-    "qwen",
-    "qwen3_coder",
-    "mistral",
-    "llama3_json",
-    "pythonic",
-    "gemma4",
-    "deepseek_v3",
-    "auto",
-];
-
-/// The parser registered under `name`.
-pub fn parser_for(name: &str) -> Option<Arc<dyn ToolParser>> {
-    match name {
-        "hermes" | "qwen" => Some(Arc::new(HermesParser)),
-        "qwen3_coder" | "qwen_xml" => Some(Arc::new(QwenXmlParser)),
-        "mistral" => Some(Arc::new(MistralParser)),
-        "llama3_json" | "llama3" => Some(Arc::new(Llama3JsonParser)),
-        "pythonic" => Some(Arc::new(PythonicParser)),
-        "gemma4" => Some(Arc::new(Gemma4Parser)),
-        "deepseek_v3" | "deepseek" => Some(Arc::new(DeepSeekV3Parser)),
-        "auto" => Some(Arc::new(AutoParser)),
-        _ => None,
-    }
 }

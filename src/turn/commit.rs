@@ -1,35 +1,19 @@
 //! Writing a sampled turn into the session: extend or create nodes, record completions.
 
-use super::{Base, Plan};
-use crate::backend::Generation;
-use crate::session::{
-    CompletionRecord, HistoryEntry, IssuedToolCall, Node, SessionState, TurnRecord,
-};
+use super::matching::recognisers;
+use super::{Base, ChoiceOutput, Plan};
+use crate::session::{CompletionRecord, HistoryEntry, Node, SessionState, TurnRecord};
 
-/// One sampled choice, ready to be recorded.
-#[derive(Debug, Clone)]
-pub struct SampledChoice {
-    pub generation: Generation,
-    /// Text of the special token the sample ended on, if it ended on one.
-    pub end_token_text: Option<String>,
-    /// The tool calls returned to the client for it.
-    pub tool_calls: Vec<IssuedToolCall>,
-    /// Fingerprints under which a later assistant message matches it.
-    pub fingerprints: Vec<u64>,
-    /// The backend that sampled it.
-    pub backend: std::sync::Arc<str>,
-    /// How a nudge retry went for this attempt (`kept`, `discarded`, ...), if there was one.
-    pub nudge: Option<&'static str>,
-}
-
-/// Records `choices` sampled for `plan`; returns the node index of each choice.
+/// Records `choices` sampled for `plan`; returns the node index of each choice. `nudge` says
+/// how a nudge retry went for this attempt (`kept`, ...), if there was one.
 ///
 /// The first choice extends the base node in place (unless `track_tree`); every other choice,
 /// and every choice under `track_tree`, becomes its own node (with `parent` under `track_tree`).
 pub fn commit(
     state: &mut SessionState,
     plan: &Plan,
-    choices: Vec<SampledChoice>,
+    choices: &[ChoiceOutput],
+    nudge: Option<&'static str>,
     track_tree: bool,
 ) -> Vec<usize> {
     let new_prompt = &plan.prompt_ids[plan.base_len..];
@@ -38,7 +22,7 @@ pub fn commit(
         _ => None,
     };
     let mut placed = Vec::with_capacity(choices.len());
-    for (i, choice) in choices.into_iter().enumerate() {
+    for (i, choice) in choices.iter().enumerate() {
         let (index, mut node) = match (&plan.base, &base_copy) {
             (Base::Extend { node }, _) if i == 0 && !track_tree => {
                 let index = *node;
@@ -64,7 +48,8 @@ pub fn commit(
             state.nodes.push(Node::default());
         }
         let prompt_start = node.len();
-        let generation = choice.generation;
+        let generation = &choice.generation;
+        let (tool_calls, fingerprints) = recognisers(&choice.reply);
         node.reserve_logprobs(generation.logprobs.len());
         node.push_prompt(new_prompt);
         let span = node.push_sampled(&generation.token_ids, &generation.logprobs);
@@ -81,20 +66,20 @@ pub fn commit(
             finish_reason: generation.finish_reason.as_str(),
             stop: generation.stop.clone(),
             weight_version: generation.weight_version.clone(),
-            backend: choice.backend,
+            backend: choice.backend.clone(),
             cached_tokens: generation.cached_tokens,
             approximate: generation.approximate,
-            nudge: choice.nudge,
+            nudge,
         });
-        state.issued_calls += choice.tool_calls.len();
+        state.issued_calls += tool_calls.len();
         state.completions.push(CompletionRecord {
             node: index,
             span,
             previous: plan.history.last().map(|h| h.completion),
-            end_token_text: choice.end_token_text,
-            tool_calls: choice.tool_calls,
+            end_token_text: choice.reply.end_token_text.clone(),
+            tool_calls,
         });
-        for fingerprint in choice.fingerprints {
+        for fingerprint in fingerprints {
             state
                 .by_fingerprint
                 .entry(fingerprint)

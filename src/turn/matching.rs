@@ -1,9 +1,40 @@
-//! Inbound reconstruction: which assistant messages of a request are completions this session
-//! sampled. Those are later replaced by their exact token ids.
+//! Recognising replies when they come back: the fingerprints a sampled reply is recorded
+//! under, and which assistant messages of a later request are completions this session
+//! sampled. Those are replaced by their exact token ids.
 
+use super::reply::Reply;
 use crate::chat::{ChatMessage, Role};
 use crate::session::completion::{message_fingerprint, tool_call_hash};
-use crate::session::{CompletionId, SessionState};
+use crate::session::{CompletionId, IssuedToolCall, SessionState};
+use serde_json::Value;
+
+/// How `reply` will be recognised when a client sends it back: the calls it returned (each
+/// under its id and a hash of what it called) and the fingerprints of the assistant messages
+/// that stand for it (its content with its call ids; with calls or reasoning, also its raw
+/// text, which a client may send back instead).
+pub fn recognisers(reply: &Reply) -> (Vec<IssuedToolCall>, Vec<u64>) {
+    let tool_calls: Vec<IssuedToolCall> = reply
+        .tool_calls
+        .iter()
+        .map(|call| IssuedToolCall {
+            id: call.id.clone(),
+            call_hash: tool_call_hash(
+                &call.name,
+                &serde_json::from_str(&call.arguments)
+                    .unwrap_or_else(|_| Value::String(call.arguments.clone())),
+            ),
+        })
+        .collect();
+    let content = reply.content.as_deref().unwrap_or("");
+    let mut fingerprints = vec![message_fingerprint(
+        content,
+        tool_calls.iter().map(|c| c.id.as_str()),
+    )];
+    if !tool_calls.is_empty() || reply.reasoning.is_some() {
+        fingerprints.push(message_fingerprint(&reply.text, std::iter::empty()));
+    }
+    (tool_calls, fingerprints)
+}
 
 /// For each message, the completion it is (assistant messages only), matched by tool-call ids
 /// and by content. A completion is preferred when it followed the previously matched one in

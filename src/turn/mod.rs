@@ -1,45 +1,61 @@
-//! One turn of a rollout: request messages → prompt ids that extend the session's node →
-//! (backend) → the node updated with what was sampled.
+//! One turn of a rollout, whichever API it came in by: the request's messages → a prompt that
+//! extends the session's node → the backend samples → the reply is shaped → the node records
+//! what was sampled.
 //!
-//! [`prepare`] is pure (it reads the session, writes nothing), so `/render` shows exactly what a
-//! real call would send, and a failed backend call leaves the session untouched. [`commit`]
-//! writes the result. Streaming later runs the same two stages around a streamed generation.
+//! Each API's adapter (in `http/`) parses its wire request into a [`ChatRequest`], asks the
+//! [`Pipeline`] for the turn, and writes the turn's output in its wire format:
+//! [`Pipeline::run`] returns a [`TurnOutput`], [`Pipeline::stream`] a [`TurnStream`] of
+//! [`TurnEvent`]s, [`Pipeline::render`] the prompt a real call would send. The adapters never
+//! touch the backends, the tool parsers or the node; the order of a turn lives here only:
 //!
-//! How the prompt is built (template-agnostic, no per-model code):
-//! 1. assistant messages that are completions this session sampled are found ([`matching`]);
-//! 2. the conversation is rendered with each of them replaced by a placeholder ([`segments`]);
-//! 3. the node that ends with the last such completion is extended when every piece of text
-//!    between its completions still renders as it did; the new prompt is that node's ids plus
-//!    the tokens of the text after the last placeholder (minus an end token the model already
-//!    sampled), else a new node starts and records why.
+//! 1. [`plan`]: render and tokenize the conversation into prompt ids that extend a node
+//!    (pure: it reads the session, writes nothing);
+//! 2. sample: the backend pool generates, on the session's backend when it can;
+//! 3. [`reply`]: the sampled ids become visible text, reasoning and tool calls;
+//! 4. [`commit`]: the node is extended with the prompt and the sampled ids, and the reply is
+//!    recorded under the fingerprints ([`matching`]) by which the next turn recognises it.
+//!
+//! A turn holds its session's lock from planning to commit, so turns on one session never
+//! interleave, and a turn that fails (or whose client hangs up) changes nothing.
 
+mod choice_stream;
 mod commit;
 mod matching;
+mod nudge;
+mod pipeline;
+pub mod plan;
 mod render;
+pub mod reply;
 pub mod segments;
+pub mod stream;
+mod text_prompt;
 
-pub use commit::{SampledChoice, commit};
-
-use crate::chat::{ChatMessage, ChatRequest};
-use crate::session::{
-    CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
-};
-use crate::template::{ChatTemplate, RenderRequest, TemplateError, TemplateValue, template_map};
-use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::tools::ToolParser;
+pub use commit::commit;
+pub use pipeline::{Pipeline, RenderedTurn};
+pub use plan::{Base, Plan, RenderedPrompt, prepare};
 pub use render::GenerationPrompts;
-use render::History;
-use segments::{Placeholders, exact_check, generation_check, verify};
-use serde_json::Value;
+pub use reply::{CallIds, Finish, Reply, ReturnedCall};
+pub use stream::{Delta, SampledTokens, TurnEvent, TurnStream};
+pub use text_prompt::{TextPrompt, prepare_text};
+
+use crate::backend::BackendError;
+use crate::generation::Generation;
+use crate::template::{ChatTemplate, TemplateError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use segments::Placeholders;
 use std::sync::Arc;
 
-/// Failures while building a prompt.
+/// Why a turn failed. Nothing was recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum TurnError {
     #[error(transparent)]
     Template(#[from] TemplateError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("'prompt' must not be empty")]
+    EmptyPrompt,
 }
 
 /// The model-side pieces every turn needs.
@@ -52,442 +68,53 @@ pub struct TurnContext {
     pub generation_prompts: Arc<GenerationPrompts>,
 }
 
-/// Where the prompt starts from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Base {
-    /// The prompt begins with every token of this node.
-    Extend { node: usize },
-    /// A new node; `divergence` says why an existing one could not be extended.
-    New { divergence: Option<Divergence> },
-}
-
-/// A prepared turn: the prompt to send and what to record once it is sampled.
+/// One sampled choice of a finished turn.
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub prompt_ids: Vec<u32>,
-    pub base: Base,
-    /// Length of the base node (0 for a new node): `prompt_ids[base_len..]` is new prompt.
-    pub base_len: usize,
-    /// History entries of the completed turns inside the prompt, for the node being built
-    /// (for an extension they replace the base node's, now checked exactly).
-    pub history: Vec<HistoryEntry>,
-    /// The check for the text before the turn about to be sampled.
-    pub next_check: SegmentCheck,
-    /// The template's output the prompt was built from (`None` for a prompt sent as text or
-    /// ids): see [`Plan::prompt_text`].
-    pub rendered: Option<RenderedPrompt>,
+pub struct ChoiceOutput {
+    /// What the client is shown.
+    pub reply: Reply,
+    /// The sample exactly as the backend produced it (ids, logprobs, stop, cached tokens).
+    pub generation: Generation,
+    /// The backend that sampled it.
+    pub backend: Arc<str>,
 }
 
-/// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in
-/// order; none when the sampled turns were rendered as their text).
-#[derive(Debug, Clone)]
-pub struct RenderedPrompt {
-    text: String,
-    sampled: Vec<CompletionId>,
+/// A finished, recorded turn.
+#[derive(Debug)]
+pub struct TurnOutput {
+    plan: Plan,
+    /// One per choice asked for, in order.
+    pub choices: Vec<ChoiceOutput>,
 }
 
-impl RenderedPrompt {
-    /// A render whose sampled turns are written in as their text.
-    fn with_turns_as_text(text: String) -> Self {
+impl TurnOutput {
+    /// The ids of the prompt that was sent.
+    pub fn prompt_ids(&self) -> &[u32] {
+        &self.plan.prompt_ids
+    }
+
+    /// Token counts of the turn.
+    pub fn usage(&self) -> Usage {
+        Usage::of(&self.plan, &self.choices)
+    }
+}
+
+/// Token counts of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Sampled tokens of every choice together.
+    pub completion_tokens: usize,
+    /// Prompt tokens the backend served from its prefix cache, when it says.
+    pub cached_tokens: Option<u32>,
+}
+
+impl Usage {
+    fn of(plan: &Plan, choices: &[ChoiceOutput]) -> Self {
         Self {
-            text,
-            sampled: Vec::new(),
+            prompt_tokens: plan.prompt_ids.len(),
+            completion_tokens: choices.iter().map(|c| c.generation.token_ids.len()).sum(),
+            cached_tokens: choices.first().and_then(|c| c.generation.cached_tokens),
         }
     }
-}
-
-impl Plan {
-    /// The prompt as text: the template's output byte for byte, with each sampled turn as the
-    /// text of its sampled ids. Tokenizing may normalise text (NFC, say), so this is not always
-    /// the ids decoded; and where the prompt extends a node, the node's ids for earlier turns
-    /// stand as they were sampled (e.g. an earlier generation prompt that history now renders
-    /// differently, as Qwen3's empty think block), which the ids show and this text does not.
-    pub fn prompt_text(&self, ctx: &TurnContext, state: &SessionState) -> String {
-        let Some(rendered) = &self.rendered else {
-            return ctx.tokenizer.decode(&self.prompt_ids);
-        };
-        let Some(pieces) = ctx
-            .placeholders
-            .split(&rendered.text, rendered.sampled.len())
-        else {
-            return rendered.text.clone();
-        };
-        let pieces = strip_end_tokens(state, &rendered.sampled, pieces);
-        let mut text = String::with_capacity(rendered.text.len());
-        text.push_str(pieces[0]);
-        for (&completion, piece) in rendered.sampled.iter().zip(&pieces[1..]) {
-            let record = &state.completions[completion];
-            text.push_str(
-                &ctx.tokenizer
-                    .decode(&state.nodes[record.node].slice(record.span)),
-            );
-            text.push_str(piece);
-        }
-        text
-    }
-}
-
-/// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
-/// session's tool-call format.
-pub fn prepare(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    mode: HistoryMode,
-    parser: &dyn ToolParser,
-) -> Result<Plan, TurnError> {
-    let matched = matching::match_completions(state, &request.messages);
-    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
-
-    let messages: Vec<TemplateValue> = request
-        .messages
-        .iter()
-        .zip(&matched)
-        .scan(0, |placeholder, (message, completion)| {
-            Some(match completion {
-                Some(_) => {
-                    *placeholder += 1;
-                    ctx.placeholders.message(*placeholder - 1)
-                }
-                None => unsampled_message(ctx, message, parser),
-            })
-        })
-        .collect();
-    let rendered = render::render_turn(
-        &ctx.template,
-        &ctx.generation_prompts,
-        &TemplateValue::from(messages.clone()),
-        request,
-    )?;
-
-    let unmatched_assistant = request
-        .messages
-        .iter()
-        .zip(&matched)
-        .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
-    let Some(pieces) = ctx.placeholders.split(&rendered.prompt, sampled.len()) else {
-        return faithful_fallback(ctx, state, request, &messages, &matched, sampled);
-    };
-    let last = pieces[sampled.len()];
-    let history_last = match &rendered.history {
-        History::PromptWithout(generation_prompt) => {
-            &last[..last.len().saturating_sub(*generation_prompt)]
-        }
-        History::Separate(text) => match ctx.placeholders.split(text, sampled.len()) {
-            Some(history_pieces) => history_pieces[sampled.len()],
-            None => return faithful_fallback(ctx, state, request, &messages, &matched, sampled),
-        },
-    };
-    let pieces = strip_end_tokens(state, &sampled, pieces);
-    let history_last = match sampled.last() {
-        Some(&completion) => strip_end_token(state, completion, history_last),
-        None => history_last,
-    };
-    let next_check = generation_check(history_last, pieces[sampled.len()]);
-
-    if mode == HistoryMode::Template && !sampled.is_empty() {
-        return template_mode_plan(
-            ctx, state, request, &messages, &matched, &sampled, &pieces, next_check,
-        );
-    }
-
-    let (base, divergence) = find_base(state, &sampled, &pieces);
-    let (mut prompt_ids, first_piece, base) = match base {
-        Some((node, matched)) => {
-            let base = &state.nodes[node];
-            let mut ids = Vec::with_capacity(base.len() + 4096);
-            base.copy_tokens_into(&mut ids);
-            (ids, matched, Base::Extend { node })
-        }
-        None => {
-            let divergence = divergence.or_else(|| {
-                (unmatched_assistant && !state.nodes.is_empty()).then(|| Divergence {
-                    reason: "unmatched_assistant_message",
-                    detail:
-                        "an assistant message matches no completion of this session (edited or \
-                             written by the client); the template renders it as text"
-                            .into(),
-                    from_node: None,
-                    token_position: None,
-                })
-            });
-            (Vec::new(), 0, Base::New { divergence })
-        }
-    };
-    let base_len = prompt_ids.len();
-    // The base node ends with completion `first_piece` (none for a new node); everything after
-    // it is new prompt: the pieces between sampled turns, tokenized, and the sampled ids.
-    prompt_ids.extend(ctx.tokenizer.encode(pieces[first_piece])?);
-    for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
-        let record = &state.completions[completion];
-        state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
-        prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
-    }
-    let history = history_entries(&sampled, &pieces);
-    Ok(Plan {
-        prompt_ids,
-        base,
-        base_len,
-        history,
-        next_check,
-        rendered: Some(RenderedPrompt {
-            text: rendered.prompt,
-            sampled,
-        }),
-    })
-}
-
-fn history_entries(sampled: &[CompletionId], pieces: &[&str]) -> Vec<HistoryEntry> {
-    sampled
-        .iter()
-        .zip(pieces)
-        .map(|(&completion, piece)| HistoryEntry {
-            completion,
-            before: exact_check(piece),
-        })
-        .collect()
-}
-
-/// Removes, at the start of each piece after a sampled turn, the end token the model already
-/// sampled (the template renders `<|im_end|>` after the content again).
-fn strip_end_tokens<'t>(
-    state: &SessionState,
-    sampled: &[CompletionId],
-    mut pieces: Vec<&'t str>,
-) -> Vec<&'t str> {
-    for (piece, &completion) in pieces.iter_mut().skip(1).zip(sampled) {
-        *piece = strip_end_token(state, completion, piece);
-    }
-    pieces
-}
-
-/// `piece` (the text after `completion`) without the end token `completion` already holds.
-fn strip_end_token<'t>(state: &SessionState, completion: CompletionId, piece: &'t str) -> &'t str {
-    state.completions[completion]
-        .end_token_text
-        .as_deref()
-        .and_then(|end| piece.strip_prefix(end))
-        .unwrap_or(piece)
-}
-
-/// The node whose completions are exactly `sampled[..m]` for the largest `m`, and whose text
-/// between them still renders the same. Otherwise, why the best candidate was rejected.
-fn find_base(
-    state: &SessionState,
-    sampled: &[CompletionId],
-    pieces: &[&str],
-) -> (Option<(usize, usize)>, Option<Divergence>) {
-    let mut divergence = None;
-    for m in (1..=sampled.len()).rev() {
-        let Some(n) = chain_candidate(state, &sampled[..m]) else {
-            continue;
-        };
-        let node = &state.nodes[n];
-        match (0..m).find(|&j| !verify(&node.history[j].before, pieces[j])) {
-            None => return (Some((n, m)), None),
-            Some(j) if divergence.is_none() => {
-                let position = match j {
-                    0 => Some(0),
-                    _ => {
-                        let record = &state.completions[node.history[j - 1].completion];
-                        (record.node == n).then_some(record.span.end as usize)
-                    }
-                };
-                divergence = Some(Divergence {
-                    reason: "history_edited",
-                    detail: format!(
-                        "the conversation before sampled turn {} no longer renders as it did \
-                         (an edited or inserted message, or changed tools or template kwargs)",
-                        j + 1
-                    ),
-                    from_node: Some(n),
-                    token_position: position,
-                });
-            }
-            Some(_) => {}
-        }
-    }
-    (None, divergence)
-}
-
-/// The node that ends with the last of `chain` and holds exactly these completions.
-fn chain_candidate(state: &SessionState, chain: &[CompletionId]) -> Option<usize> {
-    let n = *state.tail_of.get(chain.last()?)?;
-    let history = &state.nodes[n].history;
-    (history.len() == chain.len() && history.iter().zip(chain).all(|(h, c)| h.completion == *c))
-        .then_some(n)
-}
-
-/// Renders the conversation with each sampled turn as its raw text (what the template itself
-/// would produce from the model's output).
-fn render_raw(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    messages: &[TemplateValue],
-    matched: &[Option<CompletionId>],
-) -> Result<String, TurnError> {
-    let raw: Vec<TemplateValue> = messages
-        .iter()
-        .zip(matched)
-        .map(|(message, completion)| match completion {
-            Some(completion) => assistant_value(&raw_text(ctx, state, *completion)),
-            None => message.clone(),
-        })
-        .collect();
-    Ok(ctx.template.render(RenderRequest {
-        messages: &TemplateValue::from(raw),
-        tools: request.tools.as_ref().map(|tools| tools.json()),
-        add_generation_prompt: request.add_generation_prompt,
-        kwargs: Some(&request.template_kwargs),
-    })?)
-}
-
-/// An assistant message with only text, as the template gets it.
-fn assistant_value(content: &str) -> TemplateValue {
-    template_map([
-        ("role", TemplateValue::from("assistant")),
-        ("content", TemplateValue::from(content)),
-    ])
-}
-
-/// The text of a completion as message content: its tokens decoded, without the end token.
-fn raw_text(ctx: &TurnContext, state: &SessionState, completion: CompletionId) -> String {
-    let record = &state.completions[completion];
-    let text = ctx
-        .tokenizer
-        .decode(&state.nodes[record.node].slice(record.span));
-    match &record.end_token_text {
-        Some(end) => text
-            .strip_suffix(end.as_str())
-            .map(str::to_string)
-            .unwrap_or(text),
-        None => text,
-    }
-}
-
-/// `history: "template"`: the prompt is the template's own rendering of the conversation; the
-/// node is extended only when its text is a prefix of that rendering.
-#[allow(clippy::too_many_arguments)]
-fn template_mode_plan(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    messages: &[TemplateValue],
-    matched: &[Option<CompletionId>],
-    sampled: &[CompletionId],
-    pieces: &[&str],
-    next_check: SegmentCheck,
-) -> Result<Plan, TurnError> {
-    let faithful = render_raw(ctx, state, request, messages, matched)?;
-    let history = history_entries(sampled, pieces);
-    let mut divergence = None;
-    if let Some(n) = (1..=sampled.len())
-        .rev()
-        .find_map(|m| chain_candidate(state, &sampled[..m]))
-    {
-        let node = &state.nodes[n];
-        let node_ids = node.tokens();
-        let node_text = ctx.tokenizer.decode(&node_ids);
-        if let Some(rest) = faithful.strip_prefix(node_text.as_str()) {
-            let mut prompt_ids = node_ids;
-            prompt_ids.extend(ctx.tokenizer.encode(rest)?);
-            return Ok(Plan {
-                prompt_ids,
-                base: Base::Extend { node: n },
-                base_len: node.len(),
-                history,
-                next_check,
-                rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
-            });
-        }
-        let at = node_text
-            .char_indices()
-            .zip(faithful.chars())
-            .find(|((_, a), b)| a != b)
-            .map_or(node_text.len().min(faithful.len()), |((i, _), _)| i);
-        divergence = Some(Divergence {
-            reason: "template_rewrites_history",
-            detail: format!(
-                "the chat template renders earlier turns differently from what was sampled \
-                 (e.g. it drops old reasoning); first difference at character {at} of the node text"
-            ),
-            from_node: Some(n),
-            token_position: None,
-        });
-    }
-    Ok(Plan {
-        prompt_ids: ctx.tokenizer.encode(&faithful)?,
-        base: Base::New { divergence },
-        base_len: 0,
-        history,
-        next_check,
-        rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
-    })
-}
-
-/// A message the session did not sample, as the template gets it. Tool calls the proxy never
-/// produced are rendered by the template when it knows `tool_calls`; otherwise they are
-/// written into the content in the session's format, so the model still sees them.
-fn unsampled_message(
-    ctx: &TurnContext,
-    message: &ChatMessage,
-    parser: &dyn ToolParser,
-) -> TemplateValue {
-    if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
-        return message.to_template_value();
-    }
-    let arguments: Vec<Value> = message
-        .tool_calls
-        .iter()
-        .map(|c| c.arguments_value())
-        .collect();
-    let calls: Vec<(&str, &Value)> = message
-        .tool_calls
-        .iter()
-        .zip(&arguments)
-        .map(|(call, arguments)| (call.name.as_str(), arguments))
-        .collect();
-    let mut content = message.content.clone().unwrap_or_default();
-    if !content.is_empty() {
-        content.push('\n');
-    }
-    content.push_str(&parser.write_calls(&calls));
-    ChatMessage {
-        content: Some(content),
-        tool_calls: Vec::new(),
-        ..message.clone()
-    }
-    .to_template_value()
-}
-
-/// The template did not reproduce every placeholder once and in order (it dropped, reordered or
-/// altered a sampled turn): tokenize its own rendering as a new node and say so.
-fn faithful_fallback(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    messages: &[TemplateValue],
-    matched: &[Option<CompletionId>],
-    sampled: Vec<CompletionId>,
-) -> Result<Plan, TurnError> {
-    let text = render_raw(ctx, state, request, messages, matched)?;
-    let empty_pieces = vec![""; sampled.len()];
-    Ok(Plan {
-        prompt_ids: ctx.tokenizer.encode(&text)?,
-        base: Base::New {
-            divergence: Some(Divergence {
-                reason: "template_altered_sampled_turn",
-                detail: "the chat template did not render every sampled assistant turn verbatim, \
-                         so their ids cannot be reused; the prompt is the template's rendering"
-                    .into(),
-                from_node: None,
-                token_position: None,
-            }),
-        },
-        base_len: 0,
-        history: history_entries(&sampled, &empty_pieces),
-        next_check: generation_check("", ""),
-        rendered: Some(RenderedPrompt::with_turns_as_text(text)),
-    })
 }

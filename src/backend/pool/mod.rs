@@ -11,7 +11,8 @@ mod member;
 pub use member::Member;
 use member::Reserve;
 
-use super::{BackendConfig, BackendError, EventStream, GenerateRequest, Generation, PoolSettings};
+use super::{BackendConfig, BackendError, EventStream, PoolSettings};
+use crate::generation::{GenerateRequest, Generation};
 use futures::StreamExt;
 use member::is_retryable;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

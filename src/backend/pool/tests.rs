@@ -1,7 +1,8 @@
 //! Pool behaviour against scripted clients: routing, affinity, failover, the breaker, the
 //! bounded queue, n splitting and health probes.
 use super::*;
-use crate::backend::{Backend, BackendKind, FinishReason, SamplingParams};
+use crate::backend::{Backend, BackendKind};
+use crate::generation::{FinishReason, SamplingParams};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,14 +1,14 @@
 //! One choice of a streamed turn: its token ids become text, the text is split into reasoning,
-//! content and tool calls, and each piece becomes an OpenAI delta.
+//! content and tool calls, and each piece becomes a [`Delta`].
 
-use crate::backend::{FinishReason, Generation, StopMatch};
+use super::reply::{CallIds, Finish, Reply, ReturnedCall, cut_at_stop, end_token_text};
+use super::stream::Delta;
 use crate::chat::ChatRequest;
-use crate::http::response::{CallIds, ChoiceReply, visible_text};
+use crate::generation::{FinishReason, Generation, StopMatch};
 use crate::reasoning::{Part, ReasoningStream};
 use crate::tokenizer::{TextStream, Tokenizer};
 use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
-use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// The streaming state of one choice.
@@ -22,7 +22,7 @@ pub struct ChoiceStream<'t> {
     /// Everything sampled so far.
     pub generation: Generation,
     /// What the client has been sent so far.
-    pub reply: ChoiceReply,
+    pub reply: Reply,
     pub backend: Arc<str>,
 }
 
@@ -33,7 +33,7 @@ enum Out {
 }
 
 impl<'t> ChoiceStream<'t> {
-    /// `reasoning`: see `reasoning_mode`.
+    /// `reasoning`: `Some(opened)` when the session returns reasoning separately.
     pub fn new(
         tokenizer: &'t Tokenizer,
         parser: Arc<dyn ToolParser>,
@@ -49,11 +49,11 @@ impl<'t> ChoiceStream<'t> {
             thinking: reasoning.map(ReasoningStream::new),
             parallel_tool_calls: request.parallel_tool_calls,
             generation: Generation::new(Vec::new(), Vec::new(), FinishReason::Length),
-            reply: ChoiceReply {
+            reply: Reply {
                 content: None,
                 reasoning: None,
                 tool_calls: Vec::new(),
-                finish_reason: "length",
+                finish: Finish::Length,
                 text: String::new(),
                 end_token_text: None,
             },
@@ -62,7 +62,7 @@ impl<'t> ChoiceStream<'t> {
     }
 
     /// The deltas that newly sampled `token_ids` allow to be sent (possibly none: held text).
-    pub fn push_tokens(&mut self, token_ids: &[u32], ids: &mut CallIds) -> Vec<Value> {
+    pub fn push_tokens(&mut self, token_ids: &[u32], ids: &mut CallIds) -> Vec<Delta> {
         let text = self.text.push(token_ids);
         self.reply.text.push_str(&text);
         let pieces = match &mut self.thinking {
@@ -73,8 +73,8 @@ impl<'t> ChoiceStream<'t> {
     }
 
     /// The deltas of everything still held once the sample is complete; fixes the reply's
-    /// finish reason.
-    pub fn finish(&mut self, ids: &mut CallIds) -> Vec<Value> {
+    /// finish.
+    pub fn finish(&mut self, ids: &mut CallIds) -> Vec<Delta> {
         let stop = match &self.generation.stop {
             Some(StopMatch::Text(s)) => Some(s.clone()),
             _ => None,
@@ -90,46 +90,43 @@ impl<'t> ChoiceStream<'t> {
                 .map(Out::Piece),
         );
         let deltas = self.deltas(rest, ids);
-        if let Some(stop) = stop
-            && let Some(at) = self.reply.text.rfind(&stop)
-        {
-            self.reply.text.truncate(at);
-        }
-        self.reply.end_token_text = visible_text(self.tokenizer, &self.generation, &[]).1;
-        self.reply.finish_reason = match self.generation.finish_reason {
-            // A sample cut by the length limit is never reported as a finished tool call.
-            FinishReason::Stop if !self.reply.tool_calls.is_empty() => "tool_calls",
-            other => other.as_str(),
-        };
+        cut_at_stop(&mut self.reply.text, self.generation.stop.as_ref());
+        self.reply.end_token_text = end_token_text(self.tokenizer, &self.generation);
+        self.reply.finish = Finish::of(
+            self.generation.finish_reason,
+            !self.reply.tool_calls.is_empty(),
+        );
         deltas
     }
 
-    fn deltas(&mut self, pieces: Vec<Out>, ids: &mut CallIds) -> Vec<Value> {
+    fn deltas(&mut self, pieces: Vec<Out>, ids: &mut CallIds) -> Vec<Delta> {
         let reply = &mut self.reply;
         pieces
             .into_iter()
-            .map(|piece| match piece {
+            .filter_map(|piece| match piece {
                 Out::Reasoning(text) => {
                     append(&mut reply.reasoning, &text);
-                    json!({"reasoning_content": text})
+                    Some(Delta::Reasoning(text))
                 }
                 Out::Piece(Piece::Text(text)) => {
                     append(&mut reply.content, &text);
-                    json!({"content": text})
+                    Some(Delta::Text(text))
                 }
                 // parallel_tool_calls=false: later calls are dropped (their tokens still travel).
                 Out::Piece(Piece::Call(_))
                     if !self.parallel_tool_calls && !reply.tool_calls.is_empty() =>
                 {
-                    json!({})
+                    None
                 }
                 Out::Piece(Piece::Call(call)) => {
-                    let id = ids.issue();
+                    let call = ReturnedCall {
+                        id: ids.issue(),
+                        name: call.name,
+                        arguments: call.arguments,
+                    };
                     let index = reply.tool_calls.len();
-                    let delta = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
-                        "function": {"name": call.name, "arguments": call.arguments}}]});
-                    reply.tool_calls.push((id, call.name, call.arguments));
-                    delta
+                    reply.tool_calls.push(call.clone());
+                    Some(Delta::Call { index, call })
                 }
             })
             .collect()

@@ -1,14 +1,30 @@
 //! The healing spec's unit tests (`heal_gate`, `heal_openai_message`, `StreamToolCallHealer`)
-//! ported one by one to our types: the gate is `ChatRequest::promoter`, a message is healed by
-//! the `auto` parser, the stream healer is [`CallStream`]. Deliberate differences are said where
-//! they occur; the nudge helpers and route tests are ported in `tests/tool_healing.rs`.
+//! ported one by one to our public types: the gate is `ChatRequest::promoter`, a message is
+//! healed by the `auto` parser, the stream healer is `CallStream`. Deliberate differences are
+//! said where they occur; the nudge helpers and route tests are ported in
+//! `tests/tool_healing.rs`.
 
-use super::streaming::{CallStream, Piece};
-use super::test_support::promoter;
-use super::{AutoParser, ParsedOutput, Promoter, ToolParser};
-use crate::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::tools::streaming::{CallStream, Piece};
+use rollout_proxy::tools::{AutoParser, DeclaredTools, ParsedOutput, Promoter, ToolParser};
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// A request's `tools`, checked.
+fn declared(tools: Value) -> Arc<DeclaredTools> {
+    let list = serde_json::from_value(tools).expect("a list of tools");
+    Arc::new(DeclaredTools::new(list).unwrap().expect("a tool"))
+}
+
+/// Healing rules under which every tool in `names` (no parameters schema) is callable.
+fn promoter(names: &[&str]) -> Promoter {
+    let tools: Vec<_> = names
+        .iter()
+        .map(|n| json!({"type": "function", "function": {"name": n}}))
+        .collect();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    Promoter::new(Some(&declared(tools.into())), &names, true)
+}
 
 const XML_BASH: &str = r#"<tool_call>{"name":"Bash","arguments":{"cmd":"ls"}}</tool_call>"#;
 const XML_UNDECLARED: &str = r#"<tool_call>{"name":"Nuke","arguments":{}}</tool_call>"#;
@@ -47,11 +63,7 @@ fn gate(tools: Option<Value>, extra: Value) -> Option<Vec<String>> {
 
 fn allow(names: &[&str], tools: Value) -> Promoter {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    Promoter::new(
-        Some(&crate::tools::test_support::declared(tools)),
-        &names,
-        true,
-    )
+    Promoter::new(Some(&declared(tools)), &names, true)
 }
 
 /// `heal_openai_message` with these names allowed.

@@ -1,0 +1,257 @@
+//! [`Pipeline`]: the whole sequence of a turn, once, for every API.
+
+use super::nudge::{deserves_nudge, nudge_request};
+use super::reply::{CallIds, Reply, shape, visible_text};
+use super::{
+    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnOutput, commit, prepare,
+    prepare_text,
+};
+use crate::backend::{EventStream, Pool, Route};
+use crate::chat::ChatRequest;
+use crate::generation::{GenerateRequest, SamplingParams};
+use crate::session::{Session, SessionState};
+use std::sync::Arc;
+
+/// Runs turns: the model-side pieces and the backend pool. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// The chat template, tokenizer and placeholders every prompt is built with.
+    pub context: TurnContext,
+    /// Where samples come from.
+    pub backends: Arc<Pool>,
+}
+
+/// The prompt a turn would send now, for `/render`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedTurn {
+    /// The template's output byte for byte, each sampled turn as the text of its ids.
+    pub prompt_text: String,
+    pub prompt_ids: Vec<u32>,
+    /// The node the prompt extends, if any.
+    pub extends_node: Option<usize>,
+}
+
+impl Pipeline {
+    /// The prompt a real call with `request` would send now; changes nothing.
+    pub async fn render(
+        &self,
+        session: &Session,
+        request: &ChatRequest,
+    ) -> Result<RenderedTurn, TurnError> {
+        let guard = session.state.lock().await;
+        let plan = self.plan(session, &guard, request)?;
+        let prompt_text = plan.prompt_text(&self.context, &guard);
+        Ok(RenderedTurn {
+            prompt_text,
+            extends_node: match plan.base {
+                super::Base::Extend { node } => Some(node),
+                super::Base::New { .. } => None,
+            },
+            prompt_ids: plan.prompt_ids,
+        })
+    }
+
+    /// One chat turn, sampled whole and recorded.
+    ///
+    /// With `nudge_tool_calls`, a first choice that described a call it did not make is
+    /// recorded, the turn is asked once more on the same node, and whichever attempt has a
+    /// call is returned; the node's turn says which was kept.
+    pub async fn run(
+        &self,
+        session: &Session,
+        request: &ChatRequest,
+    ) -> Result<TurnOutput, TurnError> {
+        let mut guard = session.state.lock().await;
+        let parser = session.options.tool_parser.parser().as_ref();
+        let first = self.attempt(session, &guard, request).await?;
+        if !deserves_nudge(request, parser, &first.choices[0].reply) {
+            self.record(session, &mut guard, &first.plan, &first.choices, None);
+            return Ok(first);
+        }
+        let retry_request = nudge_request(request, &first.choices[0].reply);
+        let nodes = self.record(
+            session,
+            &mut guard,
+            &first.plan,
+            &first.choices,
+            Some("kept"),
+        );
+        let retry = self.attempt(session, &guard, &retry_request).await;
+        let label = match retry {
+            Ok(retry) if !retry.choices[0].reply.tool_calls.is_empty() => {
+                set_nudge(&mut guard, nodes[0], "discarded");
+                self.record(
+                    session,
+                    &mut guard,
+                    &retry.plan,
+                    &retry.choices,
+                    Some("kept"),
+                );
+                return Ok(retry);
+            }
+            Ok(_) => "kept_retry_discarded",
+            Err(error) => {
+                tracing::warn!(%error, "nudge retry failed; keeping the first attempt");
+                "kept_retry_discarded"
+            }
+        };
+        set_nudge(&mut guard, nodes[0], label);
+        Ok(first)
+    }
+
+    /// A text completion (`/v1/completions`): `prompt` extends the node it starts with; the
+    /// reply is the visible text, with no tool parsing.
+    pub async fn complete_text(
+        &self,
+        session: &Session,
+        prompt: &TextPrompt,
+        params: SamplingParams,
+        n: u32,
+    ) -> Result<TurnOutput, TurnError> {
+        let mut guard = session.state.lock().await;
+        let mut plan = prepare_text(&self.context, &guard, prompt)?;
+        let sampled = self.sample(session, &mut plan, params, n).await?;
+        let tokenizer = &self.context.tokenizer;
+        let choices: Vec<ChoiceOutput> = sampled
+            .into_iter()
+            .map(|(generation, backend)| {
+                let (text, end_token_text) = visible_text(tokenizer, &generation, &[]);
+                ChoiceOutput {
+                    reply: Reply::plain(text, end_token_text, generation.finish_reason),
+                    generation,
+                    backend,
+                }
+            })
+            .collect();
+        self.record(session, &mut guard, &plan, &choices, None);
+        Ok(TurnOutput { plan, choices })
+    }
+
+    /// The prompt of a chat turn on `session` (whose state is `state`).
+    pub(super) fn plan(
+        &self,
+        session: &Session,
+        state: &SessionState,
+        request: &ChatRequest,
+    ) -> Result<Plan, TurnError> {
+        prepare(
+            &self.context,
+            state,
+            request,
+            session.options.history,
+            session.options.tool_parser.parser().as_ref(),
+        )
+    }
+
+    /// Plans, samples and shapes a chat turn; records nothing.
+    async fn attempt(
+        &self,
+        session: &Session,
+        state: &SessionState,
+        request: &ChatRequest,
+    ) -> Result<TurnOutput, TurnError> {
+        let mut plan = self.plan(session, state, request)?;
+        let sampled = self
+            .sample(session, &mut plan, request.params.clone(), request.n)
+            .await?;
+        let reasoning = self.reasoning_mode(session, &plan);
+        let parser = session.options.tool_parser.parser().as_ref();
+        let mut ids = CallIds::after(state.issued_calls, request.call_id_prefix);
+        let tokenizer = &self.context.tokenizer;
+        let choices = sampled
+            .into_iter()
+            .map(|(generation, backend)| ChoiceOutput {
+                reply: shape(tokenizer, parser, request, &generation, reasoning, &mut ids),
+                generation,
+                backend,
+            })
+            .collect();
+        Ok(TurnOutput { plan, choices })
+    }
+
+    /// Records a sampled turn in the session; returns the node of each choice.
+    pub(super) fn record(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        plan: &Plan,
+        choices: &[ChoiceOutput],
+        nudge: Option<&'static str>,
+    ) -> Vec<usize> {
+        let nodes = commit(state, plan, choices, nudge, session.options.track_tree);
+        session.set_num_nodes(state.nodes.len());
+        nodes
+    }
+
+    /// Samples `n` continuations of the plan's prompt through the pool: on the session's
+    /// pinned backend, else preferring the one its previous turn ran on (its prefix cache is
+    /// there). Each sample comes with the backend that produced it.
+    async fn sample(
+        &self,
+        session: &Session,
+        plan: &mut Plan,
+        params: SamplingParams,
+        n: u32,
+    ) -> Result<Vec<(crate::generation::Generation, Arc<str>)>, TurnError> {
+        let request = GenerateRequest {
+            prompt: std::mem::take(&mut plan.prompt_ids),
+            params,
+            n,
+        };
+        let previous = session.backend();
+        let sampled = self
+            .backends
+            .generate(&request, route(session, previous.as_deref()))
+            .await;
+        plan.prompt_ids = request.prompt;
+        let sampled = sampled?;
+        if let Some(used) = sampled.backends.first() {
+            self.backends.record_affinity(previous.as_deref(), used);
+            session.set_backend(used.clone());
+        }
+        Ok(sampled
+            .generations
+            .into_iter()
+            .zip(sampled.backends)
+            .collect())
+    }
+
+    /// Like [`Pipeline::sample`], for one streamed sample.
+    pub(super) async fn sample_stream(
+        &self,
+        session: &Session,
+        request: &GenerateRequest,
+    ) -> Result<(EventStream, Arc<str>), TurnError> {
+        let previous = session.backend();
+        let (events, used) = self
+            .backends
+            .generate_stream(request, route(session, previous.as_deref()))
+            .await?;
+        self.backends.record_affinity(previous.as_deref(), &used);
+        session.set_backend(used.clone());
+        Ok((events, used))
+    }
+
+    /// `Some(opened)` when the session returns reasoning separately; `opened` says whether the
+    /// prompt itself opened the reasoning block.
+    pub(super) fn reasoning_mode(&self, session: &Session, plan: &Plan) -> Option<bool> {
+        session.options.reasoning.then(|| {
+            let tail = &plan.prompt_ids[plan.prompt_ids.len().saturating_sub(4)..];
+            crate::reasoning::opened_by(&self.context.tokenizer.decode(tail))
+        })
+    }
+}
+
+fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
+    match &session.options.base_url {
+        Some(url) => Route::Pinned(url),
+        None => Route::Prefer(previous),
+    }
+}
+
+/// Labels the last turn of `node` with how the nudge went.
+fn set_nudge(state: &mut SessionState, node: usize, label: &'static str) {
+    if let Some(turn) = state.nodes[node].turns.last_mut() {
+        turn.nudge = Some(label);
+    }
+}

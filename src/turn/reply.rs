@@ -1,0 +1,220 @@
+//! What a client is shown for one sampled choice, in no API's vocabulary: the visible text,
+//! the reasoning, the tool calls promoted from it, and why it ended. Each API's adapter writes
+//! a [`Reply`] in its own wire format.
+
+use crate::chat::ChatRequest;
+use crate::generation::{FinishReason, Generation, StopMatch};
+use crate::tokenizer::Tokenizer;
+use crate::tools::ToolParser;
+
+/// Why a reply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its turn (an end token, a stop token or a stop string).
+    Stop,
+    /// The token limit (or the context) ran out.
+    Length,
+    /// The model ended its turn with tool calls.
+    ToolCalls,
+    /// The backend aborted the request.
+    Abort,
+}
+
+impl Finish {
+    /// The one rule: a sample that stopped after promoted calls finished with tool calls; a
+    /// sample cut by the length limit is never reported as a finished call.
+    pub fn of(reason: FinishReason, has_calls: bool) -> Self {
+        match reason {
+            FinishReason::Stop if has_calls => Self::ToolCalls,
+            FinishReason::Stop => Self::Stop,
+            FinishReason::Length => Self::Length,
+            FinishReason::Abort => Self::Abort,
+        }
+    }
+
+    /// OpenAI's `finish_reason`.
+    pub fn as_openai(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+/// A tool call returned to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReturnedCall {
+    /// The id the session issued (`call_3`); a later request names the call by it.
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text, as the model wrote them (or as healing built them).
+    pub arguments: String,
+}
+
+/// What the client is shown for one sampled choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The text outside reasoning and calls; `None` when nothing but whitespace is left.
+    pub content: Option<String>,
+    /// The reasoning block, when the session returns reasoning separately.
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ReturnedCall>,
+    pub finish: Finish,
+    /// The visible text before tool parsing (what a client may send back as content).
+    pub text: String,
+    /// The special token the sample ended on (the template writes it after the content).
+    pub end_token_text: Option<String>,
+}
+
+impl Reply {
+    /// A reply whose whole visible text is its content (a text completion).
+    pub fn plain(text: String, end_token_text: Option<String>, reason: FinishReason) -> Self {
+        Self {
+            content: Some(text.clone()),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            finish: Finish::of(reason, false),
+            text,
+            end_token_text,
+        }
+    }
+}
+
+/// Cuts `text` before a matched stop string: the ids include it, the text the client sees
+/// ends before it.
+pub fn cut_at_stop(text: &mut String, stop: Option<&StopMatch>) {
+    if let Some(StopMatch::Text(stop)) = stop
+        && let Some(at) = text.rfind(stop.as_str())
+    {
+        text.truncate(at);
+    }
+}
+
+/// The special token `generation` ended on, if it ended on one.
+pub fn end_token_text(tokenizer: &Tokenizer, generation: &Generation) -> Option<String> {
+    match (generation.finish_reason, generation.token_ids.last()) {
+        (FinishReason::Stop, Some(&last)) => tokenizer.special_token_text(last).map(str::to_string),
+        _ => None,
+    }
+}
+
+/// The visible text of a generation (special tokens left out but those in `shown`) and the
+/// special token it ended on, if any.
+pub fn visible_text(
+    tokenizer: &Tokenizer,
+    generation: &Generation,
+    shown: &[u32],
+) -> (String, Option<String>) {
+    let mut text = tokenizer.decode_visible(&generation.token_ids, shown);
+    cut_at_stop(&mut text, generation.stop.as_ref());
+    (text, end_token_text(tokenizer, generation))
+}
+
+/// Shapes one choice: parses tool calls when tools are callable.
+///
+/// `reasoning`: `Some(opened)` when the session returns reasoning separately (`opened`: the
+/// prompt opened the block); tool calls are only looked for in the content after it.
+pub fn shape(
+    tokenizer: &Tokenizer,
+    parser: &dyn ToolParser,
+    request: &ChatRequest,
+    generation: &Generation,
+    reasoning: Option<bool>,
+    ids: &mut CallIds,
+) -> Reply {
+    let shown = tokenizer.special_ids(parser.markers());
+    let (text, end_token_text) = visible_text(tokenizer, generation, &shown);
+    let (reasoning, answer) = match reasoning {
+        Some(opened) => crate::reasoning::split(&text, opened),
+        None => (None, text.clone()),
+    };
+    let promoter = request.promoter();
+    let parsed = promoter
+        .is_active()
+        .then(|| parser.parse(&answer, &promoter))
+        .filter(|p| !p.calls.is_empty());
+    let (content, tool_calls) = match parsed {
+        Some(parsed) => {
+            let keep = if request.parallel_tool_calls {
+                usize::MAX
+            } else {
+                1
+            };
+            let calls = parsed
+                .calls
+                .into_iter()
+                .take(keep)
+                .map(|c| ReturnedCall {
+                    id: ids.issue(),
+                    name: c.name,
+                    arguments: c.arguments,
+                })
+                .collect();
+            (parsed.content, calls)
+        }
+        None => (Some(answer), Vec::new()),
+    };
+    let finish = Finish::of(generation.finish_reason, !tool_calls.is_empty());
+    Reply {
+        content,
+        reasoning,
+        tool_calls,
+        finish,
+        text,
+        end_token_text,
+    }
+}
+
+/// Tool-call ids numbered across the session (continuing from the calls it already returned),
+/// so an id names one call of the conversation when it comes back.
+#[derive(Debug, Clone, Copy)]
+pub struct CallIds {
+    next: usize,
+    prefix: &'static str,
+}
+
+impl CallIds {
+    /// Ids `{prefix}{n}` for a turn of a session that has returned `issued` calls.
+    pub fn after(issued: usize, prefix: &'static str) -> Self {
+        Self {
+            next: issued,
+            prefix,
+        }
+    }
+
+    /// The next id.
+    pub fn issue(&mut self) -> String {
+        self.next += 1;
+        format!("{}{}", self.prefix, self.next - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_length_cut_is_never_a_finished_call() {
+        assert_eq!(Finish::of(FinishReason::Stop, true), Finish::ToolCalls);
+        assert_eq!(Finish::of(FinishReason::Length, true), Finish::Length);
+        assert_eq!(Finish::of(FinishReason::Stop, false).as_openai(), "stop");
+    }
+
+    #[test]
+    fn the_text_ends_before_a_matched_stop_string() {
+        let mut text = "a ### b ### c".to_string();
+        cut_at_stop(&mut text, Some(&StopMatch::Text("###".into())));
+        assert_eq!(text, "a ### b ");
+        cut_at_stop(&mut text, Some(&StopMatch::Token(3)));
+        assert_eq!(text, "a ### b ");
+    }
+
+    #[test]
+    fn call_ids_continue_across_turns_with_the_api_prefix() {
+        let mut ids = CallIds::after(2, "toolu_");
+        assert_eq!(ids.issue(), "toolu_2");
+        assert_eq!(ids.issue(), "toolu_3");
+    }
+}

@@ -1,0 +1,295 @@
+//! A streamed turn: one backend stream per choice, relayed token by token as [`TurnEvent`]s,
+//! the node committed when every choice has finished. A client that disconnects drops the
+//! receiver, which ends the task, which drops the backend streams (cancelling the requests)
+//! and leaves the session as it was.
+
+use super::choice_stream::ChoiceStream;
+use super::reply::{CallIds, Finish, ReturnedCall};
+use super::{ChoiceOutput, Pipeline, Plan, TurnError, Usage};
+use crate::backend::{BackendError, EventStream};
+use crate::chat::ChatRequest;
+use crate::generation::{StopMatch, StreamEvent};
+use crate::session::{Session, SessionState};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedMutexGuard, mpsc};
+
+/// How often [`TurnEvent::KeepAlive`] is sent while the backend is silent (a long prefill, a
+/// wait in the pool's queue): it keeps the client's stream open, and writing is how a client
+/// that hung up is noticed, so its backend request is cancelled within about this long.
+const KEEP_ALIVE: Duration = Duration::from_millis(400);
+
+/// How long [`Pipeline::stream`] waits for the backend streams to open. Within it a refusal
+/// (429, 503, 502) is an ordinary error; a longer wait (a full pool's queue) happens inside the
+/// event stream, with keep-alives, and a refusal then arrives as [`TurnEvent::Failed`].
+const OPEN_GRACE: Duration = Duration::from_secs(1);
+
+/// A piece of a choice's reply, in document order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// Reasoning text (only when the session returns reasoning separately).
+    Reasoning(String),
+    /// Visible text.
+    Text(String),
+    /// A tool call, complete: sent once its markup is. `index` counts the choice's calls.
+    Call { index: usize, call: ReturnedCall },
+}
+
+/// Tokens one choice sampled since its previous event, with the backend's logprobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledTokens {
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    /// Top alternatives per position, when requested.
+    pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+}
+
+/// What a streamed turn reports, in order: `Opened`, then `Sampled` and `Finished` events of
+/// the choices (interleaved), and last `Done` or `Failed`; `KeepAlive` while nothing happens.
+#[derive(Debug)]
+pub enum TurnEvent {
+    /// The backend streams are open (after any wait in the pool's queue).
+    Opened,
+    /// A choice sampled tokens; `deltas` is what they let the client be shown (none while
+    /// text is held back, e.g. the start of what may be a tool call).
+    Sampled {
+        choice: usize,
+        tokens: SampledTokens,
+        deltas: Vec<Delta>,
+    },
+    /// A choice ended: the last of its text, and why it ended.
+    Finished {
+        choice: usize,
+        deltas: Vec<Delta>,
+        finish: Finish,
+        stop: Option<StopMatch>,
+    },
+    /// Nothing happened for a while.
+    KeepAlive,
+    /// Every choice finished and the turn is recorded in the session.
+    Done(Usage),
+    /// The turn failed after the stream began; nothing was recorded.
+    Failed(TurnError),
+}
+
+/// A streamed turn under way.
+#[derive(Debug)]
+pub struct TurnStream {
+    /// Length of the prompt sent.
+    pub prompt_tokens: usize,
+    /// How many choices are sampled.
+    pub choices: usize,
+    /// The prompt's ids, when the request asked for them (`return_token_ids`).
+    pub prompt_ids: Option<Vec<u32>>,
+    /// The turn's events; dropping this cancels the turn.
+    pub events: mpsc::Receiver<TurnEvent>,
+}
+
+/// The backend streams of a turn's choices, each with the backend serving it.
+type Opened = Vec<(EventStream, Arc<str>)>;
+type Opening = BoxFuture<'static, Result<Opened, TurnError>>;
+
+impl Pipeline {
+    /// Starts a streamed turn on `session`. Errors before the backend starts (a bad template,
+    /// no backend) are returned; later ones arrive as [`TurnEvent::Failed`].
+    pub async fn stream(
+        &self,
+        session: Arc<Session>,
+        request: ChatRequest,
+    ) -> Result<TurnStream, TurnError> {
+        let guard = session.state.clone().lock_owned().await;
+        let plan = self.plan(&session, &guard, &request)?;
+        let mut opening = self.open_streams(&session, &request, &plan);
+        let opened = match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
+            Ok(opened) => Some(opened?),
+            Err(_) => None,
+        };
+        let (sender, events) = mpsc::channel(64);
+        let handle = TurnStream {
+            prompt_tokens: plan.prompt_ids.len(),
+            choices: request.n as usize,
+            prompt_ids: request.return_token_ids.then(|| plan.prompt_ids.clone()),
+            events,
+        };
+        let turn = StreamedTurn {
+            reasoning: self.reasoning_mode(&session, &plan),
+            calls: CallIds::after(guard.issued_calls, request.call_id_prefix),
+            pipeline: self.clone(),
+            session,
+            request,
+            plan,
+            sender,
+        };
+        tokio::spawn(turn.run(guard, opened.ok_or(opening)));
+        Ok(handle)
+    }
+
+    /// Opens one backend stream per choice. With a seed, choice `i` samples with `seed + i`
+    /// (the streams are separate requests, and equal seeds would give equal samples).
+    fn open_streams(&self, session: &Arc<Session>, request: &ChatRequest, plan: &Plan) -> Opening {
+        let requests: Vec<_> = (0..request.n)
+            .map(|i| {
+                let mut params = request.params.clone();
+                params.seed = params.seed.map(|seed| seed + i64::from(i));
+                crate::generation::GenerateRequest {
+                    prompt: plan.prompt_ids.clone(),
+                    params,
+                    n: 1,
+                }
+            })
+            .collect();
+        let (pipeline, session) = (self.clone(), session.clone());
+        Box::pin(async move {
+            let opening = requests
+                .iter()
+                .map(|generate| pipeline.sample_stream(&session, generate));
+            futures::future::try_join_all(opening).await
+        })
+    }
+}
+
+/// Everything the task driving one streamed turn needs.
+struct StreamedTurn {
+    pipeline: Pipeline,
+    session: Arc<Session>,
+    request: ChatRequest,
+    plan: Plan,
+    sender: mpsc::Sender<TurnEvent>,
+    /// `Some(opened)` when reasoning is returned separately.
+    reasoning: Option<bool>,
+    calls: CallIds,
+}
+
+/// The client went away, or the turn failed and the client was told.
+struct Gone;
+
+impl StreamedTurn {
+    async fn run(
+        mut self,
+        mut guard: OwnedMutexGuard<SessionState>,
+        opened: Result<Opened, Opening>,
+    ) {
+        let opened = match opened {
+            Ok(opened) => Ok(opened),
+            Err(opening) => self.wait_for(opening).await,
+        };
+        let Ok(streams) = opened else { return };
+        let Ok(choices) = self.relay(streams).await else {
+            return;
+        };
+        let pipeline = &self.pipeline;
+        pipeline.record(&self.session, &mut guard, &self.plan, &choices, None);
+        let usage = Usage::of(&self.plan, &choices);
+        let _ = self.send(TurnEvent::Done(usage)).await;
+    }
+
+    /// Waits for the backend streams to open, with keep-alives; gives up when the client leaves.
+    async fn wait_for(&self, mut opening: Opening) -> Result<Opened, Gone> {
+        let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+        loop {
+            tokio::select! {
+                opened = &mut opening => return match opened {
+                    Ok(opened) => Ok(opened),
+                    Err(error) => Err(self.fail(error).await),
+                },
+                _ = self.sender.closed() => return Err(Gone),
+                _ = keep_alive.tick() => self.send(TurnEvent::KeepAlive).await?,
+            }
+        }
+    }
+
+    /// Relays the backends' events; returns the sampled choices once every one has finished,
+    /// or `Err` when the client left or a backend failed (nothing to commit).
+    async fn relay(&mut self, streams: Opened) -> Result<Vec<ChoiceOutput>, Gone> {
+        let tokenizer = self.pipeline.context.tokenizer.clone();
+        let parser = self.session.options.tool_parser.parser().clone();
+        let mut choices: Vec<ChoiceStream> = Vec::with_capacity(streams.len());
+        let mut merged = futures::stream::select_all(streams.into_iter().enumerate().map(
+            |(index, (events, backend))| {
+                choices.push(ChoiceStream::new(
+                    &tokenizer,
+                    parser.clone(),
+                    &self.request,
+                    self.reasoning,
+                    backend,
+                ));
+                events.map(move |event| (index, event))
+            },
+        ));
+        self.send(TurnEvent::Opened).await?;
+        let mut unfinished = choices.len();
+        let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+        keep_alive.tick().await;
+        while unfinished > 0 {
+            let (index, event) = tokio::select! {
+                event = merged.next() => match event {
+                    Some((index, Ok(event))) => (index, event),
+                    Some((_, Err(error))) => return Err(self.fail(error.into()).await),
+                    None => {
+                        let url = choices.first().map_or_else(String::new, |c| c.backend.to_string());
+                        let reason = "the stream ended before the sample finished".into();
+                        return Err(self.fail(BackendError::Protocol { url, reason }.into()).await);
+                    }
+                },
+                _ = self.sender.closed() => return Err(Gone),
+                _ = keep_alive.tick() => {
+                    self.send(TurnEvent::KeepAlive).await?;
+                    continue;
+                }
+            };
+            let choice = &mut choices[index];
+            if let StreamEvent::Tokens {
+                token_ids,
+                logprobs,
+                top_logprobs,
+            } = &event
+            {
+                let deltas = choice.push_tokens(token_ids, &mut self.calls);
+                let tokens = SampledTokens {
+                    token_ids: token_ids.clone(),
+                    logprobs: logprobs.clone(),
+                    top_logprobs: top_logprobs.clone(),
+                };
+                let sampled = TurnEvent::Sampled {
+                    choice: index,
+                    tokens,
+                    deltas,
+                };
+                self.send(sampled).await?;
+            }
+            let finished = matches!(event, StreamEvent::Finished { .. });
+            choice.generation.apply(event);
+            if finished {
+                unfinished -= 1;
+                let deltas = choice.finish(&mut self.calls);
+                let event = TurnEvent::Finished {
+                    choice: index,
+                    deltas,
+                    finish: choice.reply.finish,
+                    stop: choice.generation.stop.clone(),
+                };
+                self.send(event).await?;
+            }
+        }
+        Ok(choices
+            .into_iter()
+            .map(|c| ChoiceOutput {
+                reply: c.reply,
+                generation: c.generation,
+                backend: c.backend,
+            })
+            .collect())
+    }
+
+    async fn send(&self, event: TurnEvent) -> Result<(), Gone> {
+        self.sender.send(event).await.map_err(|_| Gone)
+    }
+
+    /// Reports a failure after the stream started.
+    async fn fail(&self, error: TurnError) -> Gone {
+        let _ = self.send(TurnEvent::Failed(error)).await;
+        Gone
+    }
+}
