@@ -21,12 +21,16 @@ use std::time::Duration;
 /// The config file (`--config servers.json`), in the Atropos `ServerManager` shape.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ConfigFile {
+    /// The model name replies carry (and vLLM requests send).
     pub model_name: Option<String>,
     /// A local model folder holding tokenizer.json (Atropos names a hub repo here).
     pub tokenizer_name: Option<String>,
+    /// A chat template: a bundled name or a file.
     pub chat_template: Option<String>,
+    /// The inference servers.
     #[serde(default)]
     pub servers: Vec<BackendConfig>,
+    /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,
     /// Routing, health, retry and queue settings.
     #[serde(default)]
@@ -36,38 +40,58 @@ pub struct ConfigFile {
 /// Everything needed to build the application state.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
+    /// The config file, if one was given (flags override it).
     pub config: ConfigFile,
+    /// A folder holding `tokenizer.json` (and a chat template).
     pub tokenizer: Option<PathBuf>,
+    /// A chat template: a bundled name or a file.
     pub chat_template: Option<String>,
+    /// Backend URLs given on the command line.
     pub backends: Vec<String>,
+    /// The wire format of those backends.
     pub backend_kind: Option<BackendKind>,
+    /// The model name replies carry (and vLLM requests send).
     pub model_name: Option<String>,
+    /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,
+    /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// A GGUF model to serve in-process. Without it, and without any backend, the default
     /// model is fetched and served in-process.
     pub model: Option<PathBuf>,
+    /// Settings of the in-process engine.
     pub engine: EngineSettings,
 }
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file cannot be read or parsed.
     #[error("cannot read config {path}: {reason}")]
-    File { path: PathBuf, reason: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read or parsed.
+        reason: String,
+    },
     #[error(
         "no tokenizer: pass --tokenizer DIR (a folder with tokenizer.json) or set tokenizer_name"
     )]
+    /// Neither a tokenizer folder nor a model to take one from.
     NoTokenizer,
+    /// The tokenizer cannot be loaded.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// The chat template cannot be loaded.
     #[error(transparent)]
     Template(#[from] crate::template::TemplateError),
+    /// The in-process engine cannot start.
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
 }
 
 impl ConfigFile {
+    /// Reads and parses the config file at `path`.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
         let fail = |reason: String| ConfigError::File {
             path: path.to_path_buf(),

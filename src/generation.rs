@@ -9,12 +9,19 @@ use serde::Serialize;
 /// Sampling settings of one request, in OpenAI terms; each client maps them to its wire names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SamplingParams {
+    /// Most tokens to sample.
     pub max_tokens: Option<u32>,
+    /// Sampling temperature (0: greedy).
     pub temperature: Option<f64>,
+    /// Nucleus sampling threshold.
     pub top_p: Option<f64>,
+    /// Sample among this many most likely tokens.
     pub top_k: Option<i64>,
+    /// Drop tokens below this fraction of the top probability.
     pub min_p: Option<f64>,
+    /// Seed for reproducible sampling.
     pub seed: Option<i64>,
+    /// Strings that end the sample.
     pub stop: Vec<String>,
     /// Number of alternatives to return per position (OpenAI `top_logprobs`), if any.
     pub top_logprobs: Option<u32>,
@@ -23,8 +30,11 @@ pub struct SamplingParams {
 /// One generation request: `n` samples continuing `prompt`.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
+    /// The prompt's token ids.
     pub prompt: Vec<u32>,
+    /// How to sample.
     pub params: SamplingParams,
+    /// How many samples.
     pub n: u32,
 }
 
@@ -70,7 +80,9 @@ pub struct Generation {
     pub logprobs: Vec<f32>,
     /// Top alternatives per position, when requested.
     pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
+    /// Why the sample ended.
     pub finish_reason: FinishReason,
+    /// What stopped it, when the backend says.
     pub stop: Option<StopMatch>,
     /// Policy/weight version the backend reports (SGLang `weight_version`, vLLM's when set).
     pub weight_version: Option<String>,
@@ -101,15 +113,22 @@ impl Generation {
 pub enum StreamEvent {
     /// Tokens sampled since the previous event, with the backend's logprobs.
     Tokens {
+        /// The ids sampled since the previous event.
         token_ids: Vec<u32>,
+        /// Their logprobs.
         logprobs: Vec<f32>,
+        /// Their top alternatives, when requested.
         top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
     },
     /// The sample ended (the fields of a [`Generation`] other than its tokens).
     Finished {
+        /// Why the sample ended.
         finish_reason: FinishReason,
+        /// What stopped it, when the backend says.
         stop: Option<StopMatch>,
+        /// The weight version the backend reports.
         weight_version: Option<String>,
+        /// Prompt tokens served from the prefix cache.
         cached_tokens: Option<u32>,
     },
 }

@@ -25,7 +25,7 @@
 //! [`engine`], [`reasoning`], [`tools`], [`session`]; start-up in [`config`]; support in
 //! [`json_numbers`] and [`memory`].
 
-// MISSING_DOCS_PLACEHOLDER
+#![warn(missing_docs)]
 
 pub mod backend;
 pub mod chat;

@@ -32,7 +32,9 @@ pub fn split(text: &str, opened: bool) -> (Option<String>, String) {
 /// Which part of the reply a streamed piece belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
+    /// Text inside the reasoning block.
     Reasoning(String),
+    /// Text after it.
     Content(String),
 }
 
@@ -59,6 +61,7 @@ impl ReasoningStream {
         }
     }
 
+    /// The parts that `text` (the next streamed piece) completes.
     pub fn push(&mut self, text: &str) -> Vec<Part> {
         if self.done {
             return self.content(text);

@@ -46,9 +46,12 @@ fn yes() -> bool {
 /// One server entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackendConfig {
+    /// The server's base URL (`http://host:port`).
     pub base_url: String,
+    /// Which wire format the server speaks.
     #[serde(default = "default_kind")]
     pub server_type: BackendKind,
+    /// Sent as a bearer token, when set.
     #[serde(default)]
     pub api_key: Option<String>,
     /// Requests this server may have in flight at once.

@@ -5,23 +5,46 @@ use std::time::Duration;
 pub enum BackendError {
     /// No connection could be made, or it broke before a reply.
     #[error("backend {url} unreachable: {reason}")]
-    Unreachable { url: String, reason: String },
+    Unreachable {
+        /// The backend's base URL.
+        url: String,
+        /// What the connection reported.
+        reason: String,
+    },
     /// The backend did not answer in time.
     #[error("backend {url} timed out after {timeout:?}")]
-    Timeout { url: String, timeout: Duration },
+    Timeout {
+        /// The backend's base URL.
+        url: String,
+        /// How long it was given.
+        timeout: Duration,
+    },
     /// The backend answered with an error status.
     #[error("backend {url} returned HTTP {status}: {message}")]
     Status {
+        /// The backend's base URL.
         url: String,
+        /// The HTTP status.
         status: u16,
+        /// The body it sent.
         message: String,
     },
     /// The backend aborted the request (SGLang reports this with HTTP 200).
     #[error("backend {url} aborted the request: {message}")]
-    Aborted { url: String, message: String },
+    Aborted {
+        /// The backend's base URL.
+        url: String,
+        /// Its reason.
+        message: String,
+    },
     /// The reply is not in the backend's wire format.
     #[error("backend {url} sent an unexpected reply: {reason}")]
-    Protocol { url: String, reason: String },
+    Protocol {
+        /// The backend's base URL.
+        url: String,
+        /// What was wrong with the reply.
+        reason: String,
+    },
     /// No backend is configured or available.
     #[error("no backend available: {0}")]
     NoBackend(String),
@@ -29,8 +52,16 @@ pub enum BackendError {
     #[error(
         "all backends are at their request limit and {queued} requests already wait (limit {limit}); retry later"
     )]
-    Saturated { queued: usize, limit: usize },
+    Saturated {
+        /// Requests waiting.
+        queued: usize,
+        /// The queue's limit.
+        limit: usize,
+    },
     /// Every backend stayed at its limit for the whole queue timeout.
     #[error("no backend had a free slot within {waited:?}; retry later")]
-    Busy { waited: Duration },
+    Busy {
+        /// How long the request waited.
+        waited: Duration,
+    },
 }

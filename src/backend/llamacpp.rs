@@ -33,6 +33,7 @@ pub struct LlamaCppBackend {
 }
 
 impl LlamaCppBackend {
+    /// A client for the llama-server at `base_url`.
     pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
         Self {
             http: JsonClient::new(base_url, api_key, timeout),

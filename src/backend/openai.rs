@@ -22,6 +22,7 @@ pub struct OpenAiTextBackend {
 }
 
 impl OpenAiTextBackend {
+    /// A client for the OpenAI-compatible text server at `base_url`, serving `model`; `tokenizer` re-tokenizes its text.
     pub fn new(
         base_url: &str,
         model: &str,

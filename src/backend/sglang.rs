@@ -18,6 +18,7 @@ pub struct SglangBackend {
 }
 
 impl SglangBackend {
+    /// A client for the SGLang server at `base_url`.
     pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Self {
         Self {
             http: JsonClient::new(base_url, api_key, timeout),

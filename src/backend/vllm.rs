@@ -29,6 +29,7 @@ pub struct VllmBackend {
 }
 
 impl VllmBackend {
+    /// A client for the vLLM server at `base_url`, serving `model`.
     pub fn new(base_url: &str, model: &str, api_key: Option<String>, timeout: Duration) -> Self {
         Self {
             http: JsonClient::new(base_url, api_key, timeout),

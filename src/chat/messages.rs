@@ -12,10 +12,15 @@ use serde_json::{Map, Value};
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// `system`.
     System,
+    /// `developer` (OpenAI's newer name for system instructions).
     Developer,
+    /// `user`.
     User,
+    /// `assistant`: the model's turns.
     Assistant,
+    /// `tool`: a tool's result.
     Tool,
 }
 
@@ -35,7 +40,9 @@ impl Role {
 /// A tool call inside an assistant message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
+    /// The id the call is answered by (empty when the client sent none).
     pub id: String,
+    /// The function called.
     pub name: String,
     /// Arguments as sent: a JSON string (OpenAI) or an object.
     pub arguments: Value,
@@ -54,9 +61,11 @@ impl ToolCall {
 /// One validated message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMessage {
+    /// Who wrote it.
     pub role: Role,
     /// Text content; `None` when the client sent `null` or left it out.
     pub content: Option<String>,
+    /// The calls of an assistant message.
     pub tool_calls: Vec<ToolCall>,
     /// Every other field, passed to the template untouched (`name`, `tool_call_id`, ...).
     pub extra: Map<String, Value>,
@@ -66,7 +75,9 @@ pub struct ChatMessage {
 #[derive(Debug, thiserror::Error)]
 #[error("messages[{index}]: {reason}")]
 pub struct MessageError {
+    /// Position of the message in `messages`.
     pub index: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -167,6 +178,7 @@ impl ChatMessage {
         template_map(fields)
     }
 
+    /// The role as the template gets it.
     pub fn role_str(&self) -> &'static str {
         match self.role {
             Role::System => "system",

@@ -18,7 +18,9 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum StopField {
+    /// A single stop string.
     One(String),
+    /// Several stop strings.
     Many(Vec<String>),
 }
 
@@ -33,62 +35,74 @@ impl StopField {
     }
 }
 
-/// The JSON body as sent; unknown fields are ignored like OpenAI-compatible servers do.
+/// The JSON body as sent, fields as OpenAI documents them (and vLLM's extras); unknown fields
+/// (`model` among them: the session serves its model) are ignored like OpenAI-compatible
+/// servers do.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatCompletionBody {
-    pub messages: Vec<WireMessage>,
-    #[serde(default)]
-    pub model: Option<String>,
-    pub max_tokens: Option<u32>,
-    pub max_completion_tokens: Option<u32>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    pub n: Option<u32>,
-    pub stop: Option<StopField>,
+    messages: Vec<WireMessage>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    seed: Option<i64>,
+    n: Option<u32>,
+    stop: Option<StopField>,
     /// Kept as text: [`DeclaredTools::from_raw`] reads each distinct list once.
-    pub tools: Option<Box<RawValue>>,
-    pub tool_choice: Option<Value>,
-    pub chat_template_kwargs: Option<Map<String, Value>>,
-    pub logprobs: Option<bool>,
-    pub top_logprobs: Option<u32>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub add_generation_prompt: Option<bool>,
-    pub parallel_tool_calls: Option<bool>,
-    pub auto_heal_tool_calls: Option<bool>,
-    pub nudge_tool_calls: Option<bool>,
-    pub return_token_ids: Option<bool>,
+    tools: Option<Box<RawValue>>,
+    tool_choice: Option<Value>,
+    chat_template_kwargs: Option<Map<String, Value>>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<u32>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    add_generation_prompt: Option<bool>,
+    parallel_tool_calls: Option<bool>,
+    auto_heal_tool_calls: Option<bool>,
+    nudge_tool_calls: Option<bool>,
+    return_token_ids: Option<bool>,
 }
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
-    pub include_usage: bool,
+    include_usage: bool,
 }
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolChoice {
+    /// `none`: no tool may be called.
     None,
+    /// `auto`: the model decides (the default).
     Auto,
+    /// `required`: the model should call a tool.
     Required,
+    /// This function only.
     Function(String),
 }
 
 /// A validated chat request.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
+    /// The conversation so far.
     pub messages: Vec<ChatMessage>,
+    /// The tools declared, if any.
     pub tools: Option<Arc<DeclaredTools>>,
+    /// Which tools the model may call.
     pub tool_choice: ToolChoice,
+    /// Extra variables for the chat template (`enable_thinking`, ...).
     pub template_kwargs: Map<String, Value>,
+    /// End the prompt with the assistant's header (default on).
     pub add_generation_prompt: bool,
+    /// How to sample.
     pub params: SamplingParams,
+    /// How many choices to sample.
     pub n: u32,
+    /// Return each sampled token's logprob.
     pub logprobs: bool,
     /// Reply as server-sent events, token by token.
     pub stream: bool,
@@ -109,12 +123,16 @@ pub struct ChatRequest {
 /// Why a request body cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
+    /// No messages.
     #[error("'messages' must not be empty")]
     EmptyMessages,
+    /// A message cannot be used.
     #[error(transparent)]
     Message(#[from] MessageError),
+    /// The tool list cannot be used.
     #[error(transparent)]
     Tools(#[from] ToolsError),
+    /// Another field is out of range.
     #[error("{0}")]
     Invalid(String),
 }

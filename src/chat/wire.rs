@@ -11,8 +11,11 @@ use serde_json::{Map, Value};
 pub struct WireMessage {
     /// `false` when the entry is not a JSON object (then every field is empty).
     pub is_object: bool,
+    /// `role`, as sent.
     pub role: Option<Value>,
+    /// `content`, as sent.
     pub content: Option<Value>,
+    /// `tool_calls`, as sent.
     pub tool_calls: Option<Value>,
     /// Every other field, in the order sent.
     pub extra: Map<String, Value>,

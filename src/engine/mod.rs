@@ -26,10 +26,13 @@ pub const ENGINE_URL: &str = "embedded://llama.cpp";
 /// Failures of the engine itself.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The model file cannot be loaded.
     #[error("cannot load the model: {0}")]
     Load(String),
+    /// The default model cannot be fetched.
     #[error("cannot fetch the default model: {0}")]
     Fetch(String),
+    /// The engine's thread has stopped.
     #[error("the engine thread stopped")]
     Stopped,
 }
@@ -43,6 +46,7 @@ pub struct EngineSettings {
     pub slots: usize,
     /// Most tokens decoded in one step.
     pub batch: usize,
+    /// CPU threads for decoding.
     pub threads: i32,
 }
 
@@ -65,13 +69,17 @@ impl Default for EngineSettings {
 /// What the engine has done since it started.
 #[derive(Debug, Default)]
 pub struct EngineCounters {
+    /// Generation requests received.
     pub requests: AtomicU64,
     /// Prompt tokens served from a slot's KV cache.
     pub reused_tokens: AtomicU64,
     /// Prompt tokens computed.
     pub prefilled_tokens: AtomicU64,
+    /// Tokens sampled.
     pub sampled_tokens: AtomicU64,
+    /// Batched decode calls made.
     pub decode_calls: AtomicU64,
+    /// Requests cancelled before they finished.
     pub cancelled: AtomicU64,
     /// Requests that took a slot whose cache was not a prefix of their prompt.
     pub evictions: AtomicU64,
@@ -80,12 +88,19 @@ pub struct EngineCounters {
 /// A snapshot of [`EngineCounters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct EngineStats {
+    /// Generation requests received.
     pub requests: u64,
+    /// Prompt tokens served from a slot's KV cache.
     pub reused_tokens: u64,
+    /// Prompt tokens computed.
     pub prefilled_tokens: u64,
+    /// Tokens sampled.
     pub sampled_tokens: u64,
+    /// Batched decode calls made.
     pub decode_calls: u64,
+    /// Requests cancelled before they finished.
     pub cancelled: u64,
+    /// Requests that took a slot whose cache was not a prefix of their prompt.
     pub evictions: u64,
 }
 

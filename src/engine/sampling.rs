@@ -15,8 +15,11 @@ pub struct SamplingConfig {
     pub temperature: f32,
     /// 0 (or below) keeps every token.
     pub top_k: usize,
+    /// Nucleus sampling threshold (1 keeps every token).
     pub top_p: f32,
+    /// Tokens below this fraction of the top probability are dropped (0 keeps all).
     pub min_p: f32,
+    /// Seed of the request's generator (random when unset).
     pub seed: Option<u64>,
 }
 
@@ -54,6 +57,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler with its own generator.
     pub fn new(config: SamplingConfig) -> Self {
         let rng = match config.seed {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),

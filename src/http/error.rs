@@ -13,12 +13,16 @@ use actix_web::{HttpResponse, ResponseError};
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// OpenAI's error `type` (`invalid_request_error`, ...).
     pub kind: &'static str,
+    /// What went wrong, for the client.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error with this status, type and message.
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,

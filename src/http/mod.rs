@@ -22,9 +22,11 @@ use std::sync::Arc;
 /// Everything the handlers share.
 #[derive(Debug)]
 pub struct AppState {
+    /// The model name replies carry.
     pub model_name: String,
     /// Runs turns: the model-side pieces and the backend pool.
     pub pipeline: Pipeline,
+    /// The live sessions.
     pub sessions: SessionStore,
     /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,

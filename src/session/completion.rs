@@ -10,6 +10,7 @@ pub type CompletionId = usize;
 /// One tool call the proxy returned, as it can be recognised when it comes back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssuedToolCall {
+    /// The id the call was returned under.
     pub id: String,
     /// Hash of the name and the arguments as canonical JSON (key order and spacing ignored).
     pub call_hash: u64,
@@ -20,12 +21,14 @@ pub struct IssuedToolCall {
 pub struct CompletionRecord {
     /// The node that sampled it, and where.
     pub node: usize,
+    /// Where its sampled ids lie in that node.
     pub span: Span,
     /// The completion before it in its node, if any.
     pub previous: Option<CompletionId>,
     /// Text of the special token it ended on (e.g. `<|im_end|>`), which the template renders
     /// again after the message content and must not be added a second time.
     pub end_token_text: Option<String>,
+    /// The calls returned for it.
     pub tool_calls: Vec<IssuedToolCall>,
 }
 

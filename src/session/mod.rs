@@ -39,6 +39,7 @@ pub struct SessionOptions {
     pub track_tree: bool,
     /// Send every turn to this backend.
     pub base_url: Option<String>,
+    /// How earlier assistant turns are put into the next prompt.
     pub history: HistoryMode,
     /// Return `<think>` blocks as `reasoning_content`.
     pub reasoning: bool,
@@ -47,7 +48,9 @@ pub struct SessionOptions {
 /// The mutable part of a session, behind its mutex.
 #[derive(Debug, Default)]
 pub struct SessionState {
+    /// The training nodes, in order of creation.
     pub nodes: Vec<Node>,
+    /// Every sampled completion, by [`CompletionId`].
     pub completions: Vec<CompletionRecord>,
     /// Assistant-message fingerprint → completions that answer to it.
     pub by_fingerprint: HashMap<u64, Vec<CompletionId>>,
@@ -60,8 +63,11 @@ pub struct SessionState {
 /// One rollout's session.
 #[derive(Debug)]
 pub struct Session {
+    /// The id in the session's URL.
     pub id: Uuid,
+    /// What was chosen at creation.
     pub options: SessionOptions,
+    /// Creation time, seconds since the epoch.
     pub created_at: f64,
     last_accessed_ms: AtomicU64,
     num_nodes: AtomicUsize,
@@ -91,6 +97,7 @@ impl Session {
             .store((now_seconds() * 1000.0) as u64, Ordering::Relaxed);
     }
 
+    /// When it was last used, seconds since the epoch.
     pub fn last_accessed(&self) -> f64 {
         self.last_accessed_ms.load(Ordering::Relaxed) as f64 / 1000.0
     }
@@ -131,6 +138,7 @@ pub struct SessionStore {
 }
 
 impl SessionStore {
+    /// A new session with `options`.
     pub fn create(&self, options: SessionOptions) -> Arc<Session> {
         let session = Arc::new(Session::new(options));
         self.sessions.insert(session.id, session.clone());
@@ -143,15 +151,18 @@ impl SessionStore {
         self.sessions.get(&id).map(|s| s.clone())
     }
 
+    /// Removes the session `id`, if there is one.
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
         let id = Uuid::parse_str(id).ok()?;
         self.sessions.remove(&id).map(|(_, s)| s)
     }
 
+    /// How many sessions are live.
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
 
+    /// Whether no session is live.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }

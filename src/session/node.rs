@@ -13,7 +13,9 @@ use std::sync::Arc;
 /// A half-open range of token positions the model sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
+    /// First position.
     pub start: u32,
+    /// One past the last position.
     pub end: u32,
 }
 
@@ -26,15 +28,20 @@ pub struct Span {
 /// `enable_thinking=false` prompts with an empty think block it never renders in history).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentCheck {
+    /// Length of the text between the previous sampled turn and the generation prompt.
     pub prefix_len: u32,
+    /// Hash of that text.
     pub prefix_hash: u64,
+    /// The generation prompt the model was given (`None`: the check is exact).
     pub generation_prompt: Option<Arc<str>>,
 }
 
 /// One sampled completion whose ids appear in a node, with the check for the text before it.
 #[derive(Debug, Clone)]
 pub struct HistoryEntry {
+    /// The completion.
     pub completion: CompletionId,
+    /// How the text before it rendered.
     pub before: SegmentCheck,
 }
 
@@ -58,10 +65,14 @@ pub struct TurnRecord {
     pub prompt_start: usize,
     /// Position of the first sampled token.
     pub completion_start: usize,
+    /// How many ids were sampled.
     pub completion_tokens: usize,
+    /// Why the sample ended (`stop`, `length`, `abort`).
     pub finish_reason: &'static str,
+    /// What stopped it, when the backend says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop: Option<crate::generation::StopMatch>,
+    /// The weight version the backend reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<String>,
     /// The backend that sampled this turn (shared with the pool: one string per backend).
@@ -100,10 +111,12 @@ impl Node {
         self.tokens.copy_into(0..self.len(), out);
     }
 
+    /// Number of tokens.
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
 
+    /// Whether it holds no token.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }

@@ -66,6 +66,7 @@ pub struct RenderRequest<'a> {
     /// Tool schemas; `None` renders `tools` as none. Shared, so that a list the template has
     /// converted before is known by identity.
     pub tools: Option<&'a Arc<serde_json::Value>>,
+    /// End with the assistant's header.
     pub add_generation_prompt: bool,
     /// Extra template variables (`chat_template_kwargs`); they override everything else.
     pub kwargs: Option<&'a serde_json::Map<String, serde_json::Value>>,

@@ -11,10 +11,15 @@ use std::fmt::Write;
 /// Options of Python's `json.dumps` that templates pass to `tojson`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DumpOptions {
+    /// `ensure_ascii`: escape every non-ASCII character.
     pub ensure_ascii: bool,
+    /// `indent`: the indentation of each level (none: one line).
     pub indent: Option<String>,
+    /// `separators[0]`, between items (Python's default when unset).
     pub item_separator: Option<String>,
+    /// `separators[1]`, between a key and its value (Python's default when unset).
     pub key_separator: Option<String>,
+    /// `sort_keys`: write object keys in sorted order.
     pub sort_keys: bool,
 }
 

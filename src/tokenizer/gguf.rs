@@ -16,6 +16,7 @@ pub struct GgufVocab {
 }
 
 impl GgufVocab {
+    /// The vocabulary of `model`.
     pub fn new(model: Arc<LlamaModel>) -> Self {
         let vocab = model.vocab();
         let by_text = vocab
@@ -86,6 +87,7 @@ impl GgufVocab {
         self.by_text.get(text).copied()
     }
 
+    /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.by_text.len()
     }

@@ -20,8 +20,15 @@ use std::sync::{Arc, OnceLock};
 /// Errors from loading a tokenizer or encoding text.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
+    /// The tokenizer cannot be loaded.
     #[error("cannot load tokenizer from {path}: {reason}")]
-    Load { path: PathBuf, reason: String },
+    Load {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why it cannot be loaded.
+        reason: String,
+    },
+    /// Text could not be encoded.
     #[error("tokenization failed: {0}")]
     Encode(String),
 }

@@ -16,8 +16,10 @@ const KEPT: usize = 8;
 /// Why a `tools` field cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
+    /// `tools` is not a list of tool objects.
     #[error("'tools' must be a list of tools: {0}")]
     NotAList(serde_json::Error),
+    /// The entry at this index is not a function tool.
     #[error("tools[{0}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")]
     NotAFunction(usize),
 }

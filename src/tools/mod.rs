@@ -34,6 +34,7 @@ pub use registry::{ToolFormat, UnknownFormat};
 /// A call found in the model's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedCall {
+    /// The function called.
     pub name: String,
     /// The arguments as a JSON object's text: exactly as the model wrote them when it wrote an
     /// object (so they round-trip byte for byte), else as healing built them.
@@ -45,6 +46,7 @@ pub struct ParsedCall {
 pub struct ParsedOutput {
     /// Text outside the calls, in document order; `None` when nothing but whitespace is left.
     pub content: Option<String>,
+    /// The calls promoted, in document order.
     pub calls: Vec<ParsedCall>,
 }
 
@@ -62,6 +64,7 @@ pub(crate) struct JsonCall<'a> {
 pub struct FoundCall {
     /// The bytes of its markup, wrapper included.
     pub span: std::ops::Range<usize>,
+    /// The function called.
     pub name: String,
     /// The arguments as JSON text (as written when the format writes JSON).
     pub arguments: String,

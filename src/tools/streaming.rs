@@ -11,7 +11,9 @@ const HOLD_LIMIT: usize = 64 * 1024;
 /// A piece of streamed output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
+    /// Text to show.
     Text(String),
+    /// A complete call.
     Call(ParsedCall),
 }
 

@@ -48,12 +48,16 @@ use std::sync::Arc;
 /// Why a turn failed. Nothing was recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum TurnError {
+    /// The chat template failed.
     #[error(transparent)]
     Template(#[from] TemplateError),
+    /// The tokenizer failed.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// No backend sampled the turn.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
 }
@@ -61,8 +65,11 @@ pub enum TurnError {
 /// The model-side pieces every turn needs.
 #[derive(Debug, Clone)]
 pub struct TurnContext {
+    /// The model's chat template.
     pub template: Arc<ChatTemplate>,
+    /// The model's tokenizer.
     pub tokenizer: Arc<Tokenizer>,
+    /// Stand-ins for sampled turns while rendering.
     pub placeholders: Placeholders,
     /// Learnt generation prompts, so a turn renders its conversation once.
     pub generation_prompts: Arc<GenerationPrompts>,
@@ -102,6 +109,7 @@ impl TurnOutput {
 /// Token counts of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Length of the prompt sent.
     pub prompt_tokens: usize,
     /// Sampled tokens of every choice together.
     pub completion_tokens: usize,

@@ -26,6 +26,7 @@ pub struct Pipeline {
 pub struct RenderedTurn {
     /// The template's output byte for byte, each sampled turn as the text of its ids.
     pub prompt_text: String,
+    /// The ids a real call would send.
     pub prompt_ids: Vec<u32>,
     /// The node the prompt extends, if any.
     pub extends_node: Option<usize>,

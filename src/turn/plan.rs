@@ -29,15 +29,23 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Base {
     /// The prompt begins with every token of this node.
-    Extend { node: usize },
+    Extend {
+        /// The node's index in the session.
+        node: usize,
+    },
     /// A new node; `divergence` says why an existing one could not be extended.
-    New { divergence: Option<Divergence> },
+    New {
+        /// Why an existing node could not be extended, when one might have been.
+        divergence: Option<Divergence>,
+    },
 }
 
 /// A prepared turn: the prompt to send and what to record once it is sampled.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The ids to send.
     pub prompt_ids: Vec<u32>,
+    /// Where the prompt starts from.
     pub base: Base,
     /// Length of the base node (0 for a new node): `prompt_ids[base_len..]` is new prompt.
     pub base_len: usize,

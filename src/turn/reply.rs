@@ -48,6 +48,7 @@ impl Finish {
 pub struct ReturnedCall {
     /// The id the session issued (`call_3`); a later request names the call by it.
     pub id: String,
+    /// The function called.
     pub name: String,
     /// The arguments as JSON text, as the model wrote them (or as healing built them).
     pub arguments: String,
@@ -60,7 +61,9 @@ pub struct Reply {
     pub content: Option<String>,
     /// The reasoning block, when the session returns reasoning separately.
     pub reasoning: Option<String>,
+    /// The calls promoted from the text, in order.
     pub tool_calls: Vec<ReturnedCall>,
+    /// Why it ended.
     pub finish: Finish,
     /// The visible text before tool parsing (what a client may send back as content).
     pub text: String,

@@ -22,6 +22,7 @@ pub struct Placeholders {
 }
 
 impl Placeholders {
+    /// Placeholders no template or conversation is likely to contain.
     pub fn new() -> Self {
         Self {
             nonce: uuid::Uuid::new_v4().simple().to_string(),

@@ -34,13 +34,20 @@ pub enum Delta {
     /// Visible text.
     Text(String),
     /// A tool call, complete: sent once its markup is. `index` counts the choice's calls.
-    Call { index: usize, call: ReturnedCall },
+    Call {
+        /// Position among the choice's calls.
+        index: usize,
+        /// The call.
+        call: ReturnedCall,
+    },
 }
 
 /// Tokens one choice sampled since its previous event, with the backend's logprobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampledTokens {
+    /// The ids.
     pub token_ids: Vec<u32>,
+    /// Their logprobs.
     pub logprobs: Vec<f32>,
     /// Top alternatives per position, when requested.
     pub top_logprobs: Option<Vec<Vec<(u32, f32)>>>,
@@ -55,15 +62,22 @@ pub enum TurnEvent {
     /// A choice sampled tokens; `deltas` is what they let the client be shown (none while
     /// text is held back, e.g. the start of what may be a tool call).
     Sampled {
+        /// Which choice.
         choice: usize,
+        /// The ids sampled.
         tokens: SampledTokens,
+        /// What they let the client be shown.
         deltas: Vec<Delta>,
     },
     /// A choice ended: the last of its text, and why it ended.
     Finished {
+        /// Which choice.
         choice: usize,
+        /// Text held back until the end.
         deltas: Vec<Delta>,
+        /// Why it ended.
         finish: Finish,
+        /// What stopped it, when the backend says.
         stop: Option<StopMatch>,
     },
     /// Nothing happened for a while.

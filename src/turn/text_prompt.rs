@@ -12,7 +12,9 @@ use crate::session::SessionState;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(untagged)]
 pub enum TextPrompt {
+    /// Text, tokenized by the proxy.
     Text(String),
+    /// Token ids, sent as they are.
     Ids(Vec<u32>),
 }
 

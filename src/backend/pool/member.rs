@@ -30,6 +30,7 @@ pub(super) enum Reserve {
 /// A backend with its limits, health and counters.
 #[derive(Debug)]
 pub struct Member {
+    /// The entry as configured.
     pub config: BackendConfig,
     pub(super) client: Box<dyn Backend>,
     in_flight: AtomicUsize,
@@ -58,14 +59,17 @@ impl Member {
         }
     }
 
+    /// The backend's base URL.
     pub fn base_url(&self) -> &str {
         &self.config.base_url
     }
 
+    /// Requests it is serving now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Whether its last health check passed.
     pub fn is_healthy(&self) -> bool {
         self.health.lock().expect("health lock").healthy
     }

@@ -32,7 +32,9 @@ pub enum Route<'a> {
 /// Samples and the backend that produced each.
 #[derive(Debug)]
 pub struct Sampled {
+    /// The samples, in the order asked for.
     pub generations: Vec<Generation>,
+    /// The backend that produced each sample.
     pub backends: Vec<Arc<str>>,
 }
 
@@ -74,6 +76,7 @@ impl Drop for Lease {
 }
 
 impl Pool {
+    /// A pool of `servers`, each client made by `factory`.
     pub fn new(
         settings: PoolSettings,
         factory: ClientFactory,
@@ -92,6 +95,7 @@ impl Pool {
         pool
     }
 
+    /// Its routing, health, retry and queue settings.
     pub fn settings(&self) -> &PoolSettings {
         &self.settings
     }
