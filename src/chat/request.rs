@@ -138,6 +138,28 @@ pub enum RequestError {
 }
 
 impl ChatRequest {
+    /// A request for `messages` with every option at its default: one choice, no tools,
+    /// healing on, no stream, calls named `call_{n}`. Other APIs' adapters start from this.
+    pub fn conversation(messages: Vec<ChatMessage>, params: SamplingParams) -> Self {
+        Self {
+            messages,
+            tools: None,
+            tool_choice: ToolChoice::Auto,
+            template_kwargs: Map::new(),
+            add_generation_prompt: true,
+            params,
+            n: 1,
+            logprobs: false,
+            stream: false,
+            include_usage: false,
+            parallel_tool_calls: true,
+            heal_tool_calls: true,
+            nudge_tool_calls: false,
+            return_token_ids: false,
+            call_id_prefix: "call_",
+        }
+    }
+
     /// Validates a parsed body. `default_max_tokens` applies when the client sets no limit.
     pub fn from_body(
         body: ChatCompletionBody,

@@ -9,9 +9,14 @@ use serde::de::DeserializeOwned;
 
 /// Reads the whole body (at most `limit` bytes) and parses it as `T`.
 pub async fn read_json<T: DeserializeOwned>(
-    mut payload: web::Payload,
+    payload: web::Payload,
     limit: usize,
 ) -> Result<T, ApiError> {
+    parse_json(&read_body(payload, limit).await?)
+}
+
+/// Reads the whole body, at most `limit` bytes (an empty body reads as `{}`).
+pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, ApiError> {
     // Chunks are kept as they came and joined once, at their total size: a body usually comes
     // in one chunk, which is then parsed where it lies.
     let mut chunks: Vec<web::Bytes> = Vec::new();
@@ -27,15 +32,15 @@ pub async fn read_json<T: DeserializeOwned>(
         }
         chunks.push(chunk);
     }
-    let joined;
-    let body: &[u8] = match chunks.as_slice() {
-        _ if len == 0 => b"{}",
-        [one] => one,
-        many => {
-            joined = many.concat();
-            &joined
-        }
-    };
+    Ok(match chunks.len() {
+        _ if len == 0 => web::Bytes::from_static(b"{}"),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => web::Bytes::from(chunks.concat()),
+    })
+}
+
+/// Parses a body as `T`.
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             ApiError::bad_request(format!("invalid request: {e}"))

@@ -2,9 +2,10 @@
 //!
 //! An adapter parses its wire request into a [`crate::chat::ChatRequest`], runs the turn on
 //! [`crate::turn::Pipeline`], and writes the turn's output in its wire format ([`openai`]:
-//! chat and text completions). Errors of every module are mapped to HTTP once, in [`error`].
+//! chat and text completions; [`anthropic`]: Messages). Errors of every module are mapped to HTTP once, in [`error`].
 
 mod admin;
+mod anthropic;
 mod body;
 pub mod error;
 mod openai;
@@ -50,6 +51,16 @@ impl AppState {
     }
 }
 
+/// The reply of every API's `/render`: the prompt as text, its ids, and the node it extends.
+fn render_reply(rendered: crate::turn::RenderedTurn) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::Ok().json(serde_json::json!({
+        "prompt_text": rendered.prompt_text,
+        "num_tokens": rendered.prompt_ids.len(),
+        "token_ids": rendered.prompt_ids,
+        "extends_node": rendered.extends_node,
+    }))
+}
+
 /// Registers every route on an actix app. A rollout's routes with more than one segment come
 /// first: routes are tried in order, each pattern with a session id by a regex, and a turn is
 /// the request served most often. None of those patterns matches a fixed route's path;
@@ -66,6 +77,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .route(
         "/{uuid}/v1/completions",
         web::post().to(openai::completions::completions),
+    )
+    .route("/{uuid}/v1/messages", web::post().to(anthropic::messages))
+    .route(
+        "/{uuid}/v1/messages/count_tokens",
+        web::post().to(anthropic::count_tokens),
+    )
+    .route(
+        "/{uuid}/v1/messages/render",
+        web::post().to(anthropic::render),
     )
     .route("/{uuid}/nodes", web::get().to(sessions::nodes))
     .route("/{uuid}/v1/models", web::get().to(admin::session_models))

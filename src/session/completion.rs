@@ -34,9 +34,16 @@ pub struct CompletionRecord {
 
 /// Fingerprint of an assistant message: its text and the ids of its tool calls. Every turn
 /// fingerprints every assistant message it is sent, so this is XXH3 like [`text_hash`].
+///
+/// Whitespace is left out of the text: APIs that return a reply as blocks (Anthropic's text
+/// blocks around `tool_use`, Responses' output items) drop whitespace-only pieces and clients
+/// join the rest as they like, so only the other characters identify the reply.
 pub fn message_fingerprint<'a>(content: &str, tool_call_ids: impl Iterator<Item = &'a str>) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
-    content.hash(&mut hasher);
+    for word in content.split_whitespace() {
+        hasher.write(word.as_bytes());
+    }
+    hasher.write_u8(0xff);
     for id in tool_call_ids {
         id.hash(&mut hasher);
     }

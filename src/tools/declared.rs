@@ -13,6 +13,41 @@ use std::sync::{Arc, PoisonError, RwLock};
 /// Distinct lists kept; a new one replaces the oldest.
 const KEPT: usize = 8;
 
+/// The shape an API declares its tools in. Each is read into OpenAI's chat shape
+/// (`{"type": "function", "function": {"name", "description", "parameters"}}`), the shape chat
+/// templates render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolDialect {
+    /// OpenAI chat: already the templates' shape.
+    OpenAi,
+    /// Anthropic Messages: `{"name", "description", "input_schema"}`. Entries without a schema
+    /// (Anthropic's server tools, such as `web_search_20250305`) are left out.
+    Anthropic,
+}
+
+impl ToolDialect {
+    /// `list` in OpenAI's chat shape.
+    fn convert(self, list: Vec<Value>) -> Vec<Value> {
+        match self {
+            Self::OpenAi => list,
+            Self::Anthropic => list
+                .into_iter()
+                .filter_map(|tool| {
+                    let name = tool.get("name")?.as_str()?;
+                    let schema = tool.get("input_schema")?;
+                    let mut function = serde_json::Map::new();
+                    function.insert("name".into(), name.into());
+                    if let Some(description) = tool.get("description") {
+                        function.insert("description".into(), description.clone());
+                    }
+                    function.insert("parameters".into(), schema.clone());
+                    Some(serde_json::json!({"type": "function", "function": function}))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Why a `tools` field cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
@@ -77,7 +112,15 @@ impl DeclaredTools {
     /// The tools of a request's `tools` field (its JSON text), read once per distinct text
     /// while it is among the last few seen.
     pub fn from_raw(raw: &RawValue) -> Result<Option<Arc<Self>>, ToolsError> {
-        KNOWN.read(raw)
+        KNOWN.read(raw, ToolDialect::OpenAi)
+    }
+
+    /// Like [`DeclaredTools::from_raw`], for a list declared in another API's shape.
+    pub fn from_raw_in(
+        raw: &RawValue,
+        dialect: ToolDialect,
+    ) -> Result<Option<Arc<Self>>, ToolsError> {
+        KNOWN.read(raw, dialect)
     }
 
     /// The list as JSON, shared: templates keep their conversions of it by identity.
@@ -110,42 +153,46 @@ impl KnownTools {
     }
 
     /// The list `raw` holds: the one read before if its text is known, else read now.
-    fn read(&self, raw: &RawValue) -> Result<Option<Arc<DeclaredTools>>, ToolsError> {
+    fn read(
+        &self,
+        raw: &RawValue,
+        dialect: ToolDialect,
+    ) -> Result<Option<Arc<DeclaredTools>>, ToolsError> {
         let text = raw.get();
         if let Some(known) = self
             .0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .find(text)
+            .find(text, dialect)
         {
             return Ok(known);
         }
         let list: Vec<Value> = serde_json::from_str(text).map_err(ToolsError::NotAList)?;
-        let tools = DeclaredTools::new(list)?.map(Arc::new);
+        let tools = DeclaredTools::new(dialect.convert(list))?.map(Arc::new);
         self.0
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .keep(text, tools.clone());
+            .keep(text, dialect, tools.clone());
         Ok(tools)
     }
 }
 
 struct Known {
-    lists: Vec<(Box<str>, Option<Arc<DeclaredTools>>)>,
+    lists: Vec<(Box<str>, ToolDialect, Option<Arc<DeclaredTools>>)>,
     /// Where the next new list goes once `KEPT` are held.
     next: usize,
 }
 
 impl Known {
-    fn find(&self, text: &str) -> Option<Option<Arc<DeclaredTools>>> {
+    fn find(&self, text: &str, dialect: ToolDialect) -> Option<Option<Arc<DeclaredTools>>> {
         self.lists
             .iter()
-            .find(|(known, _)| **known == *text)
-            .map(|(_, tools)| tools.clone())
+            .find(|(known, kind, _)| *kind == dialect && **known == *text)
+            .map(|(_, _, tools)| tools.clone())
     }
 
-    fn keep(&mut self, text: &str, tools: Option<Arc<DeclaredTools>>) {
-        let entry = (Box::from(text), tools);
+    fn keep(&mut self, text: &str, dialect: ToolDialect, tools: Option<Arc<DeclaredTools>>) {
+        let entry = (Box::from(text), dialect, tools);
         if self.lists.len() < KEPT {
             self.lists.push(entry);
         } else {
@@ -233,11 +280,17 @@ mod tests {
         // Its own cache: other tests read lists into the server's at the same time.
         let known = KnownTools::new();
         let tools = json!([{"type": "function", "function": {"name": "f"}}]);
-        let first = known.read(&raw(&tools)).unwrap().unwrap();
-        let again = known.read(&raw(&tools)).unwrap().unwrap();
+        let first = known
+            .read(&raw(&tools), ToolDialect::OpenAi)
+            .unwrap()
+            .unwrap();
+        let again = known
+            .read(&raw(&tools), ToolDialect::OpenAi)
+            .unwrap()
+            .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         let spaced = RawValue::from_string(serde_json::to_string_pretty(&tools).unwrap()).unwrap();
-        let reread = known.read(&spaced).unwrap().unwrap();
+        let reread = known.read(&spaced, ToolDialect::OpenAi).unwrap().unwrap();
         assert!(
             !Arc::ptr_eq(&first, &reread),
             "other text is read on its own"
@@ -246,9 +299,36 @@ mod tests {
         // Once KEPT other lists have been read since, it is read anew.
         for i in 0..KEPT {
             let other = json!([{"type": "function", "function": {"name": format!("g{i}")}}]);
-            known.read(&raw(&other)).unwrap();
+            known.read(&raw(&other), ToolDialect::OpenAi).unwrap();
         }
-        let later = known.read(&raw(&tools)).unwrap().unwrap();
+        let later = known
+            .read(&raw(&tools), ToolDialect::OpenAi)
+            .unwrap()
+            .unwrap();
         assert!(!Arc::ptr_eq(&first, &later));
+    }
+
+    #[test]
+    fn anthropic_tools_are_read_into_the_templates_shape() {
+        let known = KnownTools::new();
+        let tools = json!([
+            {"name": "Read", "description": "Reads a file", "cache_control": {"type": "ephemeral"},
+             "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+            {"name": "ToolSearch", "defer_loading": true, "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ]);
+        let read = known
+            .read(&raw(&tools), ToolDialect::Anthropic)
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.names().collect::<Vec<_>>(), ["Read", "ToolSearch"]);
+        assert_eq!(
+            read.json()[0],
+            json!({"type": "function", "function": {"name": "Read", "description": "Reads a file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}})
+        );
+        assert_eq!(read.functions()[0].string_key.as_deref(), Some("path"));
+        // The same text read as OpenAI tools is another list.
+        assert!(known.read(&raw(&tools), ToolDialect::OpenAi).is_err());
     }
 }

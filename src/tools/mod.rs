@@ -20,7 +20,7 @@ pub mod streaming;
 mod test_support;
 
 pub use auto::AutoParser;
-pub use declared::{DeclaredTools, ToolsError};
+pub use declared::{DeclaredTools, ToolDialect, ToolsError};
 pub use deepseek::DeepSeekV3Parser;
 pub use gemma4::Gemma4Parser;
 pub use hermes::HermesParser;
@@ -48,6 +48,9 @@ pub struct ParsedOutput {
     pub content: Option<String>,
     /// The calls promoted, in document order.
     pub calls: Vec<ParsedCall>,
+    /// For each call, the byte offset in the content (as if it were kept when only whitespace)
+    /// at which its markup stood: text before it came before the call.
+    pub call_offsets: Vec<usize>,
 }
 
 /// A call written as JSON (`{"name": ..., "arguments": ...}`), as Hermes and Mistral write them;
@@ -100,6 +103,7 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
 pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedOutput {
     let mut content = String::with_capacity(text.len());
     let mut calls = Vec::new();
+    let mut call_offsets = Vec::new();
     let mut cursor = 0;
     for call in found {
         if call.span.start < cursor {
@@ -107,6 +111,7 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
         }
         if let Some(arguments) = promoter.arguments(&call.name, &call.arguments) {
             content.push_str(&text[cursor..call.span.start]);
+            call_offsets.push(content.len());
             calls.push(ParsedCall {
                 name: call.name.clone(),
                 arguments,
@@ -118,6 +123,7 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
     ParsedOutput {
         content: (!content.trim().is_empty()).then_some(content),
         calls,
+        call_offsets,
     }
 }
 

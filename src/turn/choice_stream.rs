@@ -123,6 +123,7 @@ impl<'t> ChoiceStream<'t> {
                         id: ids.issue(),
                         name: call.name,
                         arguments: call.arguments,
+                        offset: reply.content.as_ref().map_or(0, String::len),
                     };
                     let index = reply.tool_calls.len();
                     reply.tool_calls.push(call.clone());

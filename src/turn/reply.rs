@@ -52,6 +52,9 @@ pub struct ReturnedCall {
     pub name: String,
     /// The arguments as JSON text, as the model wrote them (or as healing built them).
     pub arguments: String,
+    /// The byte offset in the reply's content at which the call stood (the content before it
+    /// came before the call).
+    pub offset: usize,
 }
 
 /// What the client is shown for one sampled choice.
@@ -148,11 +151,13 @@ pub fn shape(
             let calls = parsed
                 .calls
                 .into_iter()
+                .zip(parsed.call_offsets)
                 .take(keep)
-                .map(|c| ReturnedCall {
+                .map(|(c, offset)| ReturnedCall {
                     id: ids.issue(),
                     name: c.name,
                     arguments: c.arguments,
+                    offset,
                 })
                 .collect();
             (parsed.content, calls)

@@ -327,6 +327,26 @@ impl Proxy {
         }
     }
 
+    /// A streamed request to `path` (`stream: true` is set): the status, the raw event
+    /// stream, and each event as `(event name or "", its data as JSON)`.
+    pub async fn post_stream(
+        &self,
+        path: &str,
+        mut body: Value,
+    ) -> (u16, String, Vec<(String, Value)>) {
+        body["stream"] = Value::Bool(true);
+        let response = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let raw = response.text().await.unwrap();
+        (status, raw.clone(), sse_events(&raw))
+    }
+
     /// Starts a streamed turn; the response as it arrives.
     pub async fn start_stream(&self, uuid: &str, mut body: Value) -> reqwest::Response {
         body["stream"] = Value::Bool(true);
@@ -374,6 +394,24 @@ impl Proxy {
         assert_eq!(status, 200, "{data}");
         data["nodes"].as_array().unwrap().clone()
     }
+}
+
+/// The events of an event stream: `(event name or "", data as JSON)`; comments are skipped.
+pub fn sse_events(raw: &str) -> Vec<(String, Value)> {
+    raw.split("\n\n")
+        .filter_map(|block| {
+            let mut name = String::new();
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event: ") {
+                    name = value.to_string();
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str(value).unwrap_or_else(|_| Value::from(value)));
+                }
+            }
+            data.map(|data| (name, data))
+        })
+        .collect()
 }
 
 /// Status and JSON body of a request (`null` when the body is not JSON).

@@ -10,7 +10,6 @@ use crate::session::Session;
 use crate::turn::{Reply, ReturnedCall, TurnOutput};
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
-use serde_json::json;
 use std::sync::Arc;
 
 async fn parse(
@@ -32,12 +31,7 @@ pub async fn render(
 ) -> Result<HttpResponse, ApiError> {
     let (session, request) = parse(&state, path, payload).await?;
     let rendered = state.pipeline.render(&session, &request).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "prompt_text": rendered.prompt_text,
-        "num_tokens": rendered.prompt_ids.len(),
-        "token_ids": rendered.prompt_ids,
-        "extends_node": rendered.extends_node,
-    })))
+    Ok(crate::http::render_reply(rendered))
 }
 
 /// One chat turn: the reply whole, or as server-sent events with `stream`.
@@ -175,6 +169,7 @@ mod tests {
                 id: "call_0".into(),
                 name: "f".into(),
                 arguments: "{\"a\":1}".into(),
+                offset: 0,
             }],
             finish: Finish::ToolCalls,
             text: String::new(),

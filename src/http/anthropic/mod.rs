@@ -1,0 +1,148 @@
+//! Anthropic's Messages API on a session: `POST /{uuid}/v1/messages` (Claude Code's API;
+//! streamed or not), `/v1/messages/count_tokens` and `/v1/messages/render`. The body is read
+//! into the turn's request ([`request`]), the turn runs on the pipeline, and its output is
+//! written as a `message` ([`reply`]) or as Messages events ([`stream`]). Errors are in
+//! Anthropic's shape.
+
+mod reply;
+mod request;
+mod stream;
+
+use super::body::{parse_json, read_body};
+use super::{ApiError, AppState};
+use crate::session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError, web};
+use request::{KNOWN_FIELDS, MessagesBody};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The `type` of a message object.
+const MESSAGE: &str = "message";
+
+/// An error in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AnthropicError(ApiError);
+
+impl<E: Into<ApiError>> From<E> for AnthropicError {
+    fn from(error: E) -> Self {
+        Self(error.into())
+    }
+}
+
+impl AnthropicError {
+    /// Anthropic's error type for the status.
+    fn kind(&self) -> &'static str {
+        match self.0.status.as_u16() {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The error body, as a reply or as an `error` event.
+    fn body(&self) -> Value {
+        json!({"type": "error", "error": {"type": self.kind(), "message": self.0.message}})
+    }
+}
+
+impl ResponseError for AnthropicError {
+    fn status_code(&self) -> StatusCode {
+        self.0.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.0.status).json(self.body())
+    }
+}
+
+impl From<request::InvalidRequest> for ApiError {
+    fn from(error: request::InvalidRequest) -> Self {
+        Self::bad_request(error.to_string())
+    }
+}
+
+/// The session and the body, read; unknown fields are logged at debug.
+async fn parse(
+    state: &AppState,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<(Arc<Session>, MessagesBody), AnthropicError> {
+    let session = state.session(&path.into_inner())?;
+    let bytes = read_body(payload, state.max_body_bytes).await?;
+    let body: MessagesBody = parse_json(&bytes)?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let fields: serde_json::Map<String, Value> = parse_json(&bytes)?;
+        let unknown: Vec<_> = fields
+            .keys()
+            .filter(|key| !KNOWN_FIELDS.contains(&key.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::debug!(?unknown, "messages request: fields ignored");
+        }
+    }
+    Ok((session, body))
+}
+
+/// One Messages turn: a `message`, or its events with `stream`.
+pub async fn messages(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, AnthropicError> {
+    let (session, body) = parse(&state, path, payload).await?;
+    let model = body
+        .model
+        .clone()
+        .unwrap_or_else(|| state.model_name.clone());
+    let request = body.into_request(state.default_max_tokens, false)?;
+    let id = format!("msg_{}", &uuid::Uuid::new_v4().simple().to_string()[..24]);
+    if request.stream {
+        let turn = state.pipeline.stream(session, request).await?;
+        return Ok(stream::respond(id, model, turn));
+    }
+    let output = state.pipeline.run(&session, &request).await?;
+    let choice = &output.choices[0];
+    let (stop_reason, stop_sequence) =
+        reply::stop_reason(choice.reply.finish, choice.generation.stop.as_ref());
+    Ok(HttpResponse::Ok().json(reply::Message {
+        id: &id,
+        kind: MESSAGE,
+        role: "assistant",
+        model: &model,
+        content: reply::blocks(&choice.reply),
+        stop_reason: Some(stop_reason),
+        stop_sequence,
+        usage: reply::MessageUsage::from(&output.usage()),
+    }))
+}
+
+/// `count_tokens`: the length of the prompt the turn would send.
+pub async fn count_tokens(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, AnthropicError> {
+    let (session, body) = parse(&state, path, payload).await?;
+    let request = body.into_request(state.default_max_tokens, true)?;
+    let rendered = state.pipeline.render(&session, &request).await?;
+    Ok(HttpResponse::Ok().json(json!({"input_tokens": rendered.prompt_ids.len()})))
+}
+
+/// The exact prompt a Messages turn would send now; changes nothing.
+pub async fn render(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, AnthropicError> {
+    let (session, body) = parse(&state, path, payload).await?;
+    let request = body.into_request(state.default_max_tokens, true)?;
+    let rendered = state.pipeline.render(&session, &request).await?;
+    Ok(super::render_reply(rendered))
+}
