@@ -118,6 +118,10 @@ pub struct ChatRequest {
     pub return_token_ids: bool,
     /// Returned tool calls are named `{call_id_prefix}{n}` (`call_` in OpenAI's APIs).
     pub call_id_prefix: &'static str,
+    /// The API the request came in by, as the node's turn records it.
+    pub api: &'static str,
+    /// Declared tools left out of the prompt (recorded in the node's turn).
+    pub tools_left_out: Vec<String>,
 }
 
 /// Why a request body cannot be served.
@@ -157,6 +161,8 @@ impl ChatRequest {
             nudge_tool_calls: false,
             return_token_ids: false,
             call_id_prefix: "call_",
+            api: "chat.completions",
+            tools_left_out: Vec::new(),
         }
     }
 
@@ -233,6 +239,8 @@ impl ChatRequest {
                 && body.auto_heal_tool_calls != Some(false),
             return_token_ids: body.return_token_ids.unwrap_or(false),
             call_id_prefix: "call_",
+            api: "chat.completions",
+            tools_left_out: Vec::new(),
         })
     }
 

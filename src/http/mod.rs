@@ -2,13 +2,14 @@
 //!
 //! An adapter parses its wire request into a [`crate::chat::ChatRequest`], runs the turn on
 //! [`crate::turn::Pipeline`], and writes the turn's output in its wire format ([`openai`]:
-//! chat and text completions; [`anthropic`]: Messages). Errors of every module are mapped to HTTP once, in [`error`].
+//! chat and text completions; [`anthropic`]: Messages; [`responses`]: Responses). Errors of every module are mapped to HTTP once, in [`error`].
 
 mod admin;
 mod anthropic;
 mod body;
 pub mod error;
 mod openai;
+mod responses;
 mod sessions;
 mod sse;
 
@@ -86,6 +87,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .route(
         "/{uuid}/v1/messages/render",
         web::post().to(anthropic::render),
+    )
+    .route("/{uuid}/v1/responses", web::post().to(responses::create))
+    .route(
+        "/{uuid}/v1/responses/render",
+        web::post().to(responses::render),
+    )
+    .route(
+        "/{uuid}/v1/responses/{id}",
+        web::get().to(responses::retrieve),
     )
     .route("/{uuid}/nodes", web::get().to(sessions::nodes))
     .route("/{uuid}/v1/models", web::get().to(admin::session_models))

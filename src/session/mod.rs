@@ -7,6 +7,7 @@
 pub mod completion;
 mod ids;
 pub mod node;
+pub mod responses;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
 pub use node::{Divergence, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
@@ -75,6 +76,8 @@ pub struct Session {
     backend: std::sync::Mutex<Option<Arc<str>>>,
     /// Shared so a streamed turn can hold the lock in the task that drives it.
     pub state: Arc<tokio::sync::Mutex<SessionState>>,
+    /// Responses API replies kept for `previous_response_id`.
+    pub responses: responses::ResponseStore,
 }
 
 impl Session {
@@ -88,6 +91,7 @@ impl Session {
             num_nodes: AtomicUsize::new(0),
             backend: std::sync::Mutex::new(None),
             state: Arc::new(tokio::sync::Mutex::new(SessionState::default())),
+            responses: Default::default(),
         }
     }
 

@@ -86,6 +86,13 @@ pub struct TurnRecord {
     /// With `nudge_tool_calls`: whether this attempt was kept or discarded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nudge: Option<&'static str>,
+    /// The API the turn came in by (`chat.completions`, `completions`, `messages`,
+    /// `responses`): a rollout may switch.
+    pub api: &'static str,
+    /// Tools the request declared that the prompt leaves out (the Responses API's built-in
+    /// tools, such as `web_search`, that only OpenAI's servers run).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools_left_out: Vec<String>,
 }
 
 /// A training sequence.

@@ -23,6 +23,10 @@ pub enum ToolDialect {
     /// Anthropic Messages: `{"name", "description", "input_schema"}`. Entries without a schema
     /// (Anthropic's server tools, such as `web_search_20250305`) are left out.
     Anthropic,
+    /// OpenAI Responses: flat `{"type": "function", "name", "description", "parameters"}`, and
+    /// `namespace` tools whose functions are declared as `{namespace}.{name}`. Built-in tools
+    /// (`web_search`, `file_search`, custom grammars, ...) are left out.
+    Responses,
 }
 
 impl ToolDialect {
@@ -44,8 +48,46 @@ impl ToolDialect {
                     Some(serde_json::json!({"type": "function", "function": function}))
                 })
                 .collect(),
+            Self::Responses => list
+                .iter()
+                .flat_map(|tool| match tool.get("type").and_then(Value::as_str) {
+                    Some("function") => responses_function(tool, None).into_iter().collect(),
+                    Some("namespace") => {
+                        let namespace = tool.get("name").and_then(Value::as_str);
+                        let inner = tool.get("tools").and_then(Value::as_array);
+                        inner
+                            .into_iter()
+                            .flatten()
+                            .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+                            .filter_map(|t| responses_function(t, namespace))
+                            .collect()
+                    }
+                    _ => Vec::new(),
+                })
+                .collect(),
         }
     }
+}
+
+/// A Responses function tool in OpenAI's chat shape; inside a namespace its name is
+/// `{namespace}.{name}`.
+fn responses_function(tool: &Value, namespace: Option<&str>) -> Option<Value> {
+    let name = tool.get("name")?.as_str()?;
+    let mut function = serde_json::Map::new();
+    let name = match namespace {
+        Some(namespace) => format!("{namespace}.{name}"),
+        None => name.to_string(),
+    };
+    function.insert("name".into(), name.into());
+    if let Some(description) = tool.get("description") {
+        function.insert("description".into(), description.clone());
+    }
+    let parameters = tool
+        .get("parameters")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+    function.insert("parameters".into(), parameters);
+    Some(serde_json::json!({"type": "function", "function": function}))
 }
 
 /// Why a `tools` field cannot be used.

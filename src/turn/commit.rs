@@ -4,8 +4,18 @@ use super::matching::recognisers;
 use super::{Base, ChoiceOutput, Plan};
 use crate::session::{CompletionRecord, HistoryEntry, Node, SessionState, TurnRecord};
 
-/// Records `choices` sampled for `plan`; returns the node index of each choice. `nudge` says
-/// how a nudge retry went for this attempt (`kept`, ...), if there was one.
+/// What a node's turn record says of how the turn was asked.
+#[derive(Debug, Clone, Default)]
+pub struct TurnLabels {
+    /// The API the turn came in by.
+    pub api: &'static str,
+    /// Declared tools the prompt leaves out.
+    pub tools_left_out: Vec<String>,
+    /// How a nudge retry went for this attempt (`kept`, ...), if there was one.
+    pub nudge: Option<&'static str>,
+}
+
+/// Records `choices` sampled for `plan`; returns the node index of each choice.
 ///
 /// The first choice extends the base node in place (unless `track_tree`); every other choice,
 /// and every choice under `track_tree`, becomes its own node (with `parent` under `track_tree`).
@@ -13,7 +23,7 @@ pub fn commit(
     state: &mut SessionState,
     plan: &Plan,
     choices: &[ChoiceOutput],
-    nudge: Option<&'static str>,
+    labels: &TurnLabels,
     track_tree: bool,
 ) -> Vec<usize> {
     let new_prompt = &plan.prompt_ids[plan.base_len..];
@@ -69,7 +79,9 @@ pub fn commit(
             backend: choice.backend.clone(),
             cached_tokens: generation.cached_tokens,
             approximate: generation.approximate,
-            nudge,
+            nudge: labels.nudge,
+            api: labels.api,
+            tools_left_out: labels.tools_left_out.clone(),
         });
         state.issued_calls += tool_calls.len();
         state.completions.push(CompletionRecord {

@@ -30,11 +30,11 @@ pub mod segments;
 pub mod stream;
 mod text_prompt;
 
-pub use commit::commit;
+pub use commit::{TurnLabels, commit};
 pub use pipeline::{Pipeline, RenderedTurn};
 pub use plan::{Base, Plan, RenderedPrompt, prepare};
 pub use render::GenerationPrompts;
-pub use reply::{CallIds, Finish, Reply, ReturnedCall};
+pub use reply::{CallIds, Finish, Reply, ReplyPart, ReturnedCall};
 pub use stream::{Delta, SampledTokens, TurnEvent, TurnStream};
 pub use text_prompt::{TextPrompt, prepare_text};
 

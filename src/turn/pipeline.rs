@@ -3,8 +3,8 @@
 use super::nudge::{deserves_nudge, nudge_request};
 use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
-    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnOutput, commit, prepare,
-    prepare_text,
+    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnLabels, TurnOutput, commit,
+    prepare, prepare_text,
 };
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
@@ -66,15 +66,21 @@ impl Pipeline {
         let parser = session.options.tool_parser.parser().as_ref();
         let first = self.attempt(session, &guard, request).await?;
         if !deserves_nudge(request, parser, &first.choices[0].reply) {
-            self.record(session, &mut guard, &first.plan, &first.choices, None);
+            self.record(
+                session,
+                &mut guard,
+                (&first.plan, &first.choices[..]),
+                request,
+                None,
+            );
             return Ok(first);
         }
         let retry_request = nudge_request(request, &first.choices[0].reply);
         let nodes = self.record(
             session,
             &mut guard,
-            &first.plan,
-            &first.choices,
+            (&first.plan, &first.choices[..]),
+            request,
             Some("kept"),
         );
         let retry = self.attempt(session, &guard, &retry_request).await;
@@ -84,8 +90,8 @@ impl Pipeline {
                 self.record(
                     session,
                     &mut guard,
-                    &retry.plan,
-                    &retry.choices,
+                    (&retry.plan, &retry.choices[..]),
+                    request,
                     Some("kept"),
                 );
                 return Ok(retry);
@@ -124,7 +130,19 @@ impl Pipeline {
                 }
             })
             .collect();
-        self.record(session, &mut guard, &plan, &choices, None);
+        let labels = TurnLabels {
+            api: "completions",
+            ..TurnLabels::default()
+        };
+        let nodes = commit(
+            &mut guard,
+            &plan,
+            &choices,
+            &labels,
+            session.options.track_tree,
+        );
+        session.set_num_nodes(guard.nodes.len());
+        drop(nodes);
         Ok(TurnOutput { plan, choices })
     }
 
@@ -170,16 +188,21 @@ impl Pipeline {
         Ok(TurnOutput { plan, choices })
     }
 
-    /// Records a sampled turn in the session; returns the node of each choice.
+    /// Records a sampled chat turn in the session; returns the node of each choice.
     pub(super) fn record(
         &self,
         session: &Session,
         state: &mut SessionState,
-        plan: &Plan,
-        choices: &[ChoiceOutput],
+        (plan, choices): (&Plan, &[ChoiceOutput]),
+        request: &ChatRequest,
         nudge: Option<&'static str>,
     ) -> Vec<usize> {
-        let nodes = commit(state, plan, choices, nudge, session.options.track_tree);
+        let labels = TurnLabels {
+            api: request.api,
+            tools_left_out: request.tools_left_out.clone(),
+            nudge,
+        };
+        let nodes = commit(state, plan, choices, &labels, session.options.track_tree);
         session.set_num_nodes(state.nodes.len());
         nodes
     }

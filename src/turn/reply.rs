@@ -88,6 +88,40 @@ impl Reply {
     }
 }
 
+/// A piece of a reply's content, in document order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReplyPart<'a> {
+    /// Text between calls (never only whitespace).
+    Text(&'a str),
+    /// A call.
+    Call(&'a ReturnedCall),
+}
+
+impl Reply {
+    /// The content and calls in the order the model wrote them, whitespace-only text between
+    /// them left out: APIs that return a reply as blocks (Anthropic's, Responses' items)
+    /// refuse empty text blocks when they are sent back.
+    pub fn parts<'a>(&'a self) -> Vec<ReplyPart<'a>> {
+        let content = self.content.as_deref().unwrap_or("");
+        let mut parts = Vec::with_capacity(1 + 2 * self.tool_calls.len());
+        let text = |from: usize, to: usize, parts: &mut Vec<ReplyPart<'a>>| {
+            let piece = content.get(from..to).unwrap_or("");
+            if !piece.trim().is_empty() {
+                parts.push(ReplyPart::Text(piece));
+            }
+        };
+        let mut start = 0;
+        for call in &self.tool_calls {
+            let at = call.offset.clamp(start, content.len());
+            text(start, at, &mut parts);
+            start = at;
+            parts.push(ReplyPart::Call(call));
+        }
+        text(start, content.len(), &mut parts);
+        parts
+    }
+}
+
 /// Cuts `text` before a matched stop string: the ids include it, the text the client sees
 /// ends before it.
 pub fn cut_at_stop(text: &mut String, stop: Option<&StopMatch>) {

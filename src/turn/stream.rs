@@ -194,8 +194,14 @@ impl StreamedTurn {
             return;
         };
         let pipeline = &self.pipeline;
-        pipeline.record(&self.session, &mut guard, &self.plan, &choices, None);
-        let usage = Usage::of(&self.plan, &choices);
+        pipeline.record(
+            &self.session,
+            &mut guard,
+            (&self.plan, &choices[..]),
+            &self.request,
+            None,
+        );
+        let usage = Usage::of(&self.plan, &choices[..]);
         let _ = self.send(TurnEvent::Done(usage)).await;
     }
 

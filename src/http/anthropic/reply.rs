@@ -2,7 +2,7 @@
 //! then `text` and `tool_use` as the model wrote them), the stop reason and the usage.
 
 use crate::generation::StopMatch;
-use crate::turn::{Finish, Reply, ReturnedCall, Usage};
+use crate::turn::{Finish, Reply, ReplyPart, ReturnedCall, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -75,8 +75,6 @@ pub fn call_input(call: &ReturnedCall) -> Value {
 }
 
 /// The content blocks of `reply`: thinking first, then text and calls in document order.
-/// Whitespace-only text between calls is left out (Anthropic refuses such blocks when they
-/// are sent back).
 pub fn blocks<'a>(reply: &'a Reply) -> Vec<Block<'a>> {
     let mut blocks = Vec::with_capacity(2 + reply.tool_calls.len());
     if let Some(thinking) = &reply.reasoning {
@@ -85,25 +83,14 @@ pub fn blocks<'a>(reply: &'a Reply) -> Vec<Block<'a>> {
             signature: "",
         });
     }
-    let content = reply.content.as_deref().unwrap_or("");
-    let mut start = 0;
-    let text = |from: usize, to: usize, blocks: &mut Vec<Block<'a>>| {
-        let piece = content.get(from..to).unwrap_or("");
-        if !piece.trim().is_empty() {
-            blocks.push(Block::Text { text: piece });
-        }
-    };
-    for call in &reply.tool_calls {
-        let at = call.offset.clamp(start, content.len());
-        text(start, at, &mut blocks);
-        start = at;
-        blocks.push(Block::ToolUse {
+    blocks.extend(reply.parts().into_iter().map(|part| match part {
+        ReplyPart::Text(text) => Block::Text { text },
+        ReplyPart::Call(call) => Block::ToolUse {
             id: &call.id,
             name: &call.name,
             input: call_input(call),
-        });
-    }
-    text(start, content.len(), &mut blocks);
+        },
+    }));
     blocks
 }
 

@@ -109,6 +109,7 @@ impl MessagesBody {
         };
         let mut request = ChatRequest::conversation(messages, params);
         request.call_id_prefix = "toolu_";
+        request.api = "messages";
         request.stream = self.stream;
         if let Some(raw) = &self.tools {
             request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Anthropic)

@@ -1,0 +1,182 @@
+//! OpenAI's Responses API on a session (what Codex CLI and the Agents SDK speak):
+//! `POST /{uuid}/v1/responses` (streamed or not), `GET /{uuid}/v1/responses/{id}` and
+//! `POST /{uuid}/v1/responses/render`. The body is read into the turn's request
+//! ([`request`]), the turn runs on the pipeline, and its output is written as a `response`
+//! object ([`reply`]) or as Responses events ([`stream`]). Responses are kept on the session
+//! (unless `store: false`) so a request may continue one with `previous_response_id`.
+
+mod reply;
+mod request;
+mod stream;
+
+use super::body::{parse_json, read_body};
+use super::{ApiError, AppState};
+use crate::session::Session;
+use crate::session::responses::StoredResponse;
+use actix_web::{HttpResponse, web};
+use request::{KNOWN_FIELDS, ResponsesBody, input_items};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+impl From<request::InvalidRequest> for ApiError {
+    fn from(error: request::InvalidRequest) -> Self {
+        Self::bad_request(error.0)
+    }
+}
+
+/// Where a finished response is kept (when the request lets it be).
+pub struct Finished {
+    session: Arc<Session>,
+    store: bool,
+    /// The conversation's input items, earlier responses' included.
+    items: Vec<Value>,
+}
+
+/// Keeps a finished response on its session: its input and output items, and the object.
+fn keep(finished: Finished, output: &[Value], response: &Value) {
+    if !finished.store {
+        return;
+    }
+    let Some(id) = response["id"].as_str() else {
+        return;
+    };
+    let mut items = finished.items;
+    items.extend(output.iter().cloned());
+    finished.session.responses.insert(
+        id.to_string(),
+        StoredResponse {
+            items,
+            body: response.clone(),
+        },
+    );
+}
+
+/// The session, the body, and the conversation's items (the stored ones of
+/// `previous_response_id` first); unknown fields are logged at debug.
+async fn parse(
+    state: &AppState,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<(Arc<Session>, ResponsesBody, Vec<Value>), ApiError> {
+    let session = state.session(&path.into_inner())?;
+    let bytes = read_body(payload, state.max_body_bytes).await?;
+    let body: ResponsesBody = parse_json(&bytes)?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let fields: Map<String, Value> = parse_json(&bytes)?;
+        let unknown: Vec<_> = fields
+            .keys()
+            .filter(|key| !KNOWN_FIELDS.contains(&key.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::debug!(?unknown, "responses request: fields ignored");
+        }
+    }
+    let mut items = match &body.previous_response_id {
+        Some(id) => match session.responses.get(id) {
+            Some(previous) => previous.items.clone(),
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "previous_response_id: no stored response '{id}' on this session"
+                )));
+            }
+        },
+        None => Vec::new(),
+    };
+    items.extend(input_items(&body.input)?);
+    Ok((session, body, items))
+}
+
+/// The request settings a `response` object repeats.
+fn echo(body: &ResponsesBody) -> Map<String, Value> {
+    let reasoning = body.reasoning.clone().unwrap_or(Value::Null);
+    let echo = json!({
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "parallel_tool_calls": body.parallel_tool_calls.unwrap_or(true),
+        "previous_response_id": body.previous_response_id,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "store": body.store.unwrap_or(true),
+        "temperature": body.temperature,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": body.tool_choice.clone().unwrap_or_else(|| "auto".into()),
+        "tools": [],
+        "top_p": body.top_p,
+        "truncation": "disabled",
+        "metadata": {},
+    });
+    match echo {
+        Value::Object(fields) => fields,
+        _ => Map::new(),
+    }
+}
+
+/// One Responses turn: a `response` object, or its events with `stream`.
+pub async fn create(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (session, body, items) = parse(&state, path, payload).await?;
+    let request = body.to_request(&items, state.default_max_tokens)?;
+    let shell = reply::Shell {
+        id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
+        created_at: crate::session::now_seconds() as u64,
+        model: body
+            .model
+            .clone()
+            .unwrap_or_else(|| state.model_name.clone()),
+        echo: echo(&body),
+        encrypted_reasoning: body
+            .include
+            .iter()
+            .any(|i| i == "reasoning.encrypted_content"),
+        namespaces: body.namespaces(),
+    };
+    let finished = Finished {
+        session: session.clone(),
+        store: body.store != Some(false),
+        items,
+    };
+    if request.stream {
+        let turn = state.pipeline.stream(session, request).await?;
+        return Ok(stream::respond(shell, turn, finished));
+    }
+    let output = state.pipeline.run(&session, &request).await?;
+    let reply = &output.choices[0].reply;
+    let items = shell.output(reply);
+    let usage = output.usage();
+    let response = shell.response(
+        reply::status(reply.finish),
+        &items,
+        Some(reply.finish),
+        Some(&usage),
+    );
+    keep(finished, &items, &response);
+    Ok(HttpResponse::Ok().json(response))
+}
+
+/// A stored response.
+pub async fn retrieve(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (uuid, id) = path.into_inner();
+    let session = state.session(&uuid)?;
+    let stored = session
+        .responses
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("no stored response '{id}' on this session")))?;
+    Ok(HttpResponse::Ok().json(&stored.body))
+}
+
+/// The exact prompt a Responses turn would send now; changes nothing.
+pub async fn render(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (session, body, items) = parse(&state, path, payload).await?;
+    let request = body.to_request(&items, state.default_max_tokens)?;
+    let rendered = state.pipeline.render(&session, &request).await?;
+    Ok(super::render_reply(rendered))
+}

@@ -1,0 +1,125 @@
+//! A turn's reply as a Responses `response` object: output items in document order
+//! (`reasoning`, `message` with `output_text`, `function_call`), status and usage.
+
+use super::request::encrypt_reasoning;
+use crate::turn::{Finish, Reply, ReplyPart, ReturnedCall, Usage};
+use serde_json::{Value, json};
+
+/// What every `response` object of one turn repeats: its id, the request's settings.
+#[derive(Debug, Clone)]
+pub struct Shell {
+    /// `resp_…`.
+    pub id: String,
+    pub created_at: u64,
+    pub model: String,
+    /// Echoed request settings: instructions, tool_choice, tools, temperature, ...
+    pub echo: serde_json::Map<String, Value>,
+    /// Return reasoning items with their `encrypted_content`.
+    pub encrypted_reasoning: bool,
+    /// Declared namespaces (a call `{namespace}.{name}` is returned in its namespace).
+    pub namespaces: Vec<String>,
+}
+
+/// A fresh item id with `prefix` (`msg`, `fc`, `rs`).
+pub fn item_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+impl Shell {
+    /// The `response` object with `status` and `output` (and usage when finished).
+    pub fn response(
+        &self,
+        status: &str,
+        output: &[Value],
+        finish: Option<Finish>,
+        usage: Option<&Usage>,
+    ) -> Value {
+        let mut response = json!({
+            "id": self.id, "object": "response", "created_at": self.created_at,
+            "status": status, "error": null,
+            "incomplete_details": match finish {
+                Some(Finish::Length) => json!({"reason": "max_output_tokens"}),
+                _ => Value::Null,
+            },
+            "model": self.model, "output": output,
+            "usage": usage.map(usage_json),
+        });
+        if let Value::Object(fields) = &mut response {
+            fields.extend(self.echo.clone());
+        }
+        response
+    }
+
+    /// The output items of a finished reply, in document order.
+    pub fn output(&self, reply: &Reply) -> Vec<Value> {
+        let mut items = Vec::with_capacity(2 + reply.tool_calls.len());
+        if let Some(reasoning) = &reply.reasoning {
+            items.push(self.reasoning_item(&item_id("rs"), reasoning));
+        }
+        items.extend(reply.parts().into_iter().map(|part| match part {
+            ReplyPart::Text(text) => message_item(&item_id("msg"), text, "completed"),
+            ReplyPart::Call(call) => {
+                self.call_item(&item_id("fc"), call, &call.arguments, "completed")
+            }
+        }));
+        items
+    }
+
+    /// A `reasoning` item.
+    pub fn reasoning_item(&self, id: &str, text: &str) -> Value {
+        let mut item = json!({"id": id, "type": "reasoning", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]});
+        if self.encrypted_reasoning {
+            item["encrypted_content"] = encrypt_reasoning(text).into();
+        }
+        item
+    }
+
+    /// A `function_call` item (its name split from its namespace, when it has one).
+    pub fn call_item(&self, id: &str, call: &ReturnedCall, arguments: &str, status: &str) -> Value {
+        let namespaced = self.namespaces.iter().find_map(|namespace| {
+            let name = call
+                .name
+                .strip_prefix(namespace.as_str())?
+                .strip_prefix('.')?;
+            Some((namespace, name))
+        });
+        let mut item = json!({"id": id, "type": "function_call", "status": status,
+            "call_id": call.id, "name": call.name, "arguments": arguments});
+        if let Some((namespace, name)) = namespaced {
+            item["name"] = name.into();
+            item["namespace"] = namespace.as_str().into();
+        }
+        item
+    }
+}
+
+/// A `message` item holding one `output_text` part.
+pub fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"id": id, "type": "message", "status": status, "role": "assistant",
+        "content": [output_text(text)]})
+}
+
+/// An `output_text` content part.
+pub fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+/// `usage`, the prompt's cached part in `input_tokens_details`.
+fn usage_json(usage: &Usage) -> Value {
+    json!({
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens.unwrap_or(0)},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    })
+}
+
+/// `completed`, or `incomplete` when the token limit cut the reply.
+pub fn status(finish: Finish) -> &'static str {
+    match finish {
+        Finish::Length => "incomplete",
+        _ => "completed",
+    }
+}

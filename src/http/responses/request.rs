@@ -1,0 +1,495 @@
+//! An OpenAI Responses request read into the turn's [`ChatRequest`].
+//!
+//! `instructions` and any `system` or `developer` message become the first system message;
+//! the items one model turn produced (`reasoning`, an assistant `message`, `function_call`s)
+//! become one assistant message, so a reply sent back is matched to the tokens sampled for it;
+//! `function_call_output` becomes the template's tool message. Built-in tools (`web_search`,
+//! ...) are left out of the prompt and named in the node's turn.
+
+use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
+use crate::generation::SamplingParams;
+use crate::tools::{DeclaredTools, ToolDialect};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesBody {
+    /// The model asked for; the session serves its own whatever the name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// A string (one user message) or a list of items.
+    #[serde(default)]
+    pub input: Value,
+    #[serde(default)]
+    pub instructions: Option<String>,
+    /// Kept as text: each distinct list is read once.
+    tools: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub reasoning: Option<Value>,
+    #[serde(default)]
+    text: Option<Value>,
+    /// Reply as server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+    /// Keep the response on the session (the default).
+    #[serde(default)]
+    pub store: Option<bool>,
+    #[serde(default)]
+    pub previous_response_id: Option<String>,
+    #[serde(default)]
+    pub include: Vec<String>,
+}
+
+/// The fields [`ResponsesBody`] reads, and those it knowingly ignores; any other is logged.
+pub const KNOWN_FIELDS: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "reasoning",
+    "text",
+    "stream",
+    "store",
+    "previous_response_id",
+    "include",
+    "prompt_cache_key",
+    "client_metadata",
+    "metadata",
+    "service_tier",
+    "truncation",
+    "user",
+    "safety_identifier",
+    "stream_options",
+    "top_logprobs",
+    "background",
+];
+
+/// A request the Responses API cannot serve, said in its terms.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRequest(pub String);
+
+fn invalid(message: impl Into<String>) -> InvalidRequest {
+    InvalidRequest(message.into())
+}
+
+/// The prefix of this proxy's `encrypted_content`: its reasoning text, base64url.
+const ENCRYPTED_PREFIX: &str = "rollout-proxy.";
+
+/// The opaque `encrypted_content` of a reasoning item: the reasoning, recovered when sent back.
+pub fn encrypt_reasoning(text: &str) -> String {
+    format!("{ENCRYPTED_PREFIX}{}", URL_SAFE_NO_PAD.encode(text))
+}
+
+fn decrypt_reasoning(content: &str) -> Option<String> {
+    let encoded = content.strip_prefix(ENCRYPTED_PREFIX)?;
+    String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()
+}
+
+/// The input as a list of items (a string is one user message).
+pub fn input_items(input: &Value) -> Result<Vec<Value>, InvalidRequest> {
+    match input {
+        Value::String(text) => Ok(vec![serde_json::json!({"type": "message", "role": "user",
+            "content": text})]),
+        Value::Array(items) => Ok(items.clone()),
+        Value::Null => Ok(Vec::new()),
+        _ => Err(invalid("input: must be a string or a list of items")),
+    }
+}
+
+impl ResponsesBody {
+    /// The turn for the conversation `items` (earlier responses' items included).
+    pub fn to_request(
+        &self,
+        items: &[Value],
+        default_max_tokens: Option<u32>,
+    ) -> Result<ChatRequest, InvalidRequest> {
+        if items.is_empty() {
+            return Err(invalid("input: at least one item is required"));
+        }
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(invalid(format!("temperature: {t} is not in [0, 2]")));
+        }
+        if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(invalid(format!("top_p: {p} is not in [0, 1]")));
+        }
+        if let Some(format) = self.text.as_ref().and_then(|t| t.get("format")) {
+            let kind = format.get("type").and_then(Value::as_str);
+            if kind != Some("text") {
+                return Err(invalid(format!(
+                    "text.format: only 'text' is supported, not {}",
+                    kind.unwrap_or("?")
+                )));
+            }
+        }
+        let mut conversation = Conversation {
+            system: self.instructions.clone().unwrap_or_default(),
+            ..Conversation::default()
+        };
+        for (i, item) in items.iter().enumerate() {
+            conversation.read(i, item)?;
+        }
+        let mut messages = conversation.finish();
+        if messages.is_empty() {
+            return Err(invalid("input: no message to answer"));
+        }
+        let params = SamplingParams {
+            max_tokens: self.max_output_tokens.or(default_max_tokens),
+            temperature: self.temperature,
+            top_p: self.top_p,
+            ..SamplingParams::default()
+        };
+        let mut request = ChatRequest::conversation(std::mem::take(&mut messages), params);
+        request.api = "responses";
+        request.stream = self.stream;
+        if let Some(raw) = &self.tools {
+            request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Responses)
+                .map_err(|e| invalid(format!("tools: {e}")))?;
+            request.tools_left_out = left_out(raw);
+        }
+        if let Some(choice) = &self.tool_choice {
+            request.tool_choice = tool_choice(choice)?;
+        }
+        request.parallel_tool_calls = self.parallel_tool_calls.unwrap_or(true);
+        let effort = self.reasoning.as_ref().and_then(|r| r.get("effort"));
+        if let Some(effort) = effort.and_then(Value::as_str) {
+            let thinking = !matches!(effort, "none" | "minimal");
+            request
+                .template_kwargs
+                .insert("enable_thinking".into(), thinking.into());
+        }
+        Ok(request)
+    }
+}
+
+/// A declared tool's kind and name, read without its schema.
+#[derive(Deserialize)]
+struct Declared {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+}
+
+fn declared(raw: &RawValue) -> Vec<Declared> {
+    serde_json::from_str(raw.get()).unwrap_or_default()
+}
+
+/// The names of declared tools the prompt leaves out (built-in tools).
+fn left_out(raw: &RawValue) -> Vec<String> {
+    declared(raw)
+        .into_iter()
+        .filter(|tool| !matches!(tool.kind.as_str(), "function" | "namespace"))
+        .map(|tool| tool.name.unwrap_or(tool.kind))
+        .collect()
+}
+
+impl ResponsesBody {
+    /// The namespaces declared: a call named `{namespace}.{name}` is returned as `name` in
+    /// `namespace`.
+    pub fn namespaces(&self) -> Vec<String> {
+        let tools = self.tools.as_deref().map(declared).unwrap_or_default();
+        tools
+            .into_iter()
+            .filter(|tool| tool.kind == "namespace")
+            .filter_map(|tool| tool.name)
+            .collect()
+    }
+}
+
+fn tool_choice(choice: &Value) -> Result<ToolChoice, InvalidRequest> {
+    Ok(match choice {
+        Value::String(mode) => match mode.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(invalid(format!(
+                    "tool_choice: '{other}' is not one of 'auto', 'none', 'required'"
+                )));
+            }
+        },
+        object => match object.get("name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Function(name.to_string()),
+            None => return Err(invalid("tool_choice: an object must name a function")),
+        },
+    })
+}
+
+/// The conversation being read, item by item.
+#[derive(Default)]
+struct Conversation {
+    system: String,
+    messages: Vec<ChatMessage>,
+    /// The model turn being read: its text, reasoning and calls.
+    turn: Option<ModelTurn>,
+}
+
+#[derive(Default)]
+struct ModelTurn {
+    texts: Vec<String>,
+    reasoning: Vec<String>,
+    calls: Vec<ToolCall>,
+}
+
+impl Conversation {
+    fn read(&mut self, i: usize, item: &Value) -> Result<(), InvalidRequest> {
+        let at = format!("input[{i}]");
+        let kind = match item.get("type").and_then(Value::as_str) {
+            Some(kind) => kind,
+            None if item.get("role").is_some() => "message",
+            None => return Err(invalid(format!("{at}.type: Field required"))),
+        };
+        match kind {
+            "message" => self.message(&at, item),
+            "function_call" => {
+                let field = |name: &str| {
+                    item.get(name)
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| invalid(format!("{at}.{name}: must be a string")))
+                };
+                let name = match item.get("namespace").and_then(Value::as_str) {
+                    Some(namespace) => format!("{namespace}.{}", field("name")?),
+                    None => field("name")?.to_string(),
+                };
+                let call = ToolCall {
+                    id: field("call_id")?.to_string(),
+                    name,
+                    arguments: Value::String(field("arguments")?.to_string()),
+                };
+                self.turn.get_or_insert_default().calls.push(call);
+                Ok(())
+            }
+            "function_call_output" => {
+                self.end_turn();
+                let id = item
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid(format!("{at}.call_id: must be a string")))?;
+                let output = match item.get("output") {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(parts @ Value::Array(_)) => text_of(&format!("{at}.output"), parts)?,
+                    _ => return Err(invalid(format!("{at}.output: must be a string or parts"))),
+                };
+                let mut result = message(Role::Tool, output);
+                result.extra.insert("tool_call_id".into(), id.into());
+                self.messages.push(result);
+                Ok(())
+            }
+            "reasoning" => {
+                let text = reasoning_text(item);
+                self.turn.get_or_insert_default().reasoning.push(text);
+                Ok(())
+            }
+            // Calls of OpenAI's own tools: nothing of them reaches this model.
+            "web_search_call" | "file_search_call" | "image_generation_call" => Ok(()),
+            "item_reference" => Err(invalid(format!(
+                "{at}: item_reference is not supported; send the item, or previous_response_id"
+            ))),
+            other => Err(invalid(format!(
+                "{at}: item type '{other}' is not supported"
+            ))),
+        }
+    }
+
+    fn message(&mut self, at: &str, item: &Value) -> Result<(), InvalidRequest> {
+        let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
+        let text = match item.get("content") {
+            Some(Value::String(text)) => text.clone(),
+            Some(parts @ Value::Array(_)) => text_of(&format!("{at}.content"), parts)?,
+            _ => return Err(invalid(format!("{at}.content: must be a string or parts"))),
+        };
+        match role {
+            "assistant" => self.turn.get_or_insert_default().texts.push(text),
+            "system" | "developer" => {
+                if !self.system.is_empty() && !text.is_empty() {
+                    self.system.push_str("\n\n");
+                }
+                self.system.push_str(&text);
+            }
+            "user" => {
+                self.end_turn();
+                self.messages.push(message(Role::User, text));
+            }
+            other => {
+                return Err(invalid(format!(
+                    "{at}.role: '{other}' is not one of 'user', 'assistant', 'system', 'developer'"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the model turn being read: its items become one assistant message.
+    fn end_turn(&mut self) {
+        let Some(turn) = self.turn.take() else { return };
+        let mut reply = message(Role::Assistant, turn.texts.join("\n"));
+        reply.tool_calls = turn.calls;
+        let reasoning: Vec<&String> = turn.reasoning.iter().filter(|r| !r.is_empty()).collect();
+        if !reasoning.is_empty() {
+            let reasoning: Vec<&str> = reasoning.iter().map(|r| r.as_str()).collect();
+            reply
+                .extra
+                .insert("reasoning_content".into(), reasoning.join("\n").into());
+        }
+        self.messages.push(reply);
+    }
+
+    fn finish(mut self) -> Vec<ChatMessage> {
+        self.end_turn();
+        if !self.system.is_empty() {
+            self.messages
+                .insert(0, message(Role::System, std::mem::take(&mut self.system)));
+        }
+        self.messages
+    }
+}
+
+fn message(role: Role, content: String) -> ChatMessage {
+    ChatMessage {
+        role,
+        content: Some(content),
+        tool_calls: Vec::new(),
+        extra: Map::new(),
+    }
+}
+
+/// The text of content parts (`input_text`, `output_text`, `text`), joined by newlines.
+fn text_of(at: &str, parts: &Value) -> Result<String, InvalidRequest> {
+    let mut texts = Vec::new();
+    for (j, part) in parts.as_array().into_iter().flatten().enumerate() {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("?");
+        match (kind, part.get("text").and_then(Value::as_str)) {
+            ("input_text" | "output_text" | "text", Some(text)) => texts.push(text),
+            ("input_image" | "input_file" | "input_audio", _) => {
+                return Err(invalid(format!(
+                    "{at}[{j}]: {kind} parts are not supported: this proxy serves text-only models"
+                )));
+            }
+            (kind, _) => {
+                return Err(invalid(format!(
+                    "{at}[{j}]: part type '{kind}' is not supported"
+                )));
+            }
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+/// A reasoning item's text: from this proxy's `encrypted_content`, else its reasoning
+/// content, else its summary.
+fn reasoning_text(item: &Value) -> String {
+    if let Some(text) = item
+        .get("encrypted_content")
+        .and_then(Value::as_str)
+        .and_then(decrypt_reasoning)
+    {
+        return text;
+    }
+    let texts = |key: &str| -> Vec<&str> {
+        item.get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect()
+    };
+    match texts("content") {
+        content if !content.is_empty() => content.join("\n"),
+        _ => texts("summary").join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(body: Value) -> Result<ChatRequest, InvalidRequest> {
+        let body: ResponsesBody = serde_json::from_value(body).unwrap();
+        let items = input_items(&body.input)?;
+        body.to_request(&items, None)
+    }
+
+    #[test]
+    fn a_codex_turn_becomes_the_templates_conversation() {
+        let request = read(json!({
+            "model": "gpt-5.5-codex", "instructions": "", "stream": true, "store": false,
+            "input": [
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be careful."}]},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is in a.txt?"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": encrypt_reasoning("Read it.")},
+                {"type": "function_call", "call_id": "call_0", "name": "exec_command", "arguments": "{\"cmd\":\"cat a.txt\"}"},
+                {"type": "function_call_output", "call_id": "call_0", "output": "hello"}],
+            "tools": [
+                {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+                {"type": "namespace", "name": "mcp", "description": "d", "tools": [{"type": "function", "name": "search", "parameters": {}}]},
+                {"type": "web_search", "external_web_access": false}],
+            "reasoning": {"effort": "medium", "summary": "auto"},
+            "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k", "client_metadata": {}
+        }))
+        .unwrap();
+        let roles: Vec<_> = request.messages.iter().map(ChatMessage::role_str).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(request.messages[0].content.as_deref(), Some("Be careful."));
+        let assistant = &request.messages[2];
+        assert_eq!(assistant.extra["reasoning_content"], "Read it.");
+        assert_eq!(assistant.tool_calls[0].id, "call_0");
+        assert_eq!(
+            assistant.tool_calls[0].arguments_value(),
+            json!({"cmd": "cat a.txt"})
+        );
+        let names: Vec<_> = request.tools.as_ref().unwrap().names().collect();
+        assert_eq!(names, ["exec_command", "mcp.search"]);
+        assert_eq!(request.tools_left_out, ["web_search"]);
+        assert_eq!(request.template_kwargs["enable_thinking"], true);
+        assert_eq!(request.api, "responses");
+    }
+
+    #[test]
+    fn what_cannot_be_served_is_named() {
+        let cases = [
+            (json!({"input": 5}), "input: must be a string or a list"),
+            (json!({"input": []}), "input: at least one item"),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "input[0].content[0]: input_image parts are not supported",
+            ),
+            (
+                json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}),
+                "text.format",
+            ),
+            (
+                json!({"input": [{"type": "item_reference", "id": "x"}]}),
+                "item_reference",
+            ),
+        ];
+        for (body, expected) in cases {
+            let error = read(body).unwrap_err().to_string();
+            assert!(error.contains(expected), "{error}");
+        }
+        assert_eq!(
+            decrypt_reasoning(&encrypt_reasoning("é\n")).as_deref(),
+            Some("é\n")
+        );
+        assert_eq!(decrypt_reasoning("gAAAA-from-elsewhere"), None);
+    }
+}
