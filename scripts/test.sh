@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs the build dependencies of llama.cpp if missing, fetches
-# the pinned tokenizers, templates and SmolLM2 GGUF, builds
-# the pinned llama-server (cached outside the clone), prints the chat-template conformance
+# the pinned tokenizers, templates and SmolLM2 GGUF, builds the pinned llama-server and
+# installs the pinned agent clients (both cached outside the clone), prints the chat-template conformance
 # count, then runs every test and ends with one "N passed, N failed" line (also kept in
 # target/test-summary.txt).
 set -euo pipefail
@@ -10,6 +10,9 @@ scripts/install-build-deps.sh
 scripts/fetch-fixtures.sh
 LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN
+# The real clients of tests/agents.rs: Claude Code, Codex CLI, the anthropic/openai SDKs.
+eval "$(scripts/install-agents.sh)"
+export CLAUDE_BIN CODEX_BIN CLIENTS_PYTHON
 cargo test --test conformance -- --nocapture
 mkdir -p target
 cargo test --all-targets 2>&1 | tee target/test-output.txt

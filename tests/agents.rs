@@ -1,0 +1,257 @@
+//! The real clients, end to end: Claude Code (`claude -p`) and Codex CLI (`codex exec`) from
+//! npm, and the official `anthropic` and `openai` Python SDKs, each pointed at a session URL
+//! and completing a task that needs a tool call, against a scripted upstream that writes
+//! Qwen3's tool format. Every node's sampled ids must be exactly the upstream's.
+//!
+//! The clients are installed (pinned, cached outside the clone) by `scripts/install-agents.sh`,
+//! which `scripts/test.sh` runs; `CLAUDE_BIN`, `CODEX_BIN` and `CLIENTS_PYTHON` name them.
+
+mod common;
+
+use common::mock_worker::{MockWorker, Sample, Wire};
+use common::{Proxy, assert_node_shape, fixture_model, scratch_dir};
+use rollout_proxy::tokenizer::Tokenizer;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// Paths of the installed clients.
+struct Clients {
+    claude: PathBuf,
+    codex: PathBuf,
+    python: PathBuf,
+}
+
+/// The clients named by the environment, else installed (or found) by the script.
+fn clients() -> Clients {
+    let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    if let (Some(claude), Some(codex), Some(python)) = (
+        from_env("CLAUDE_BIN"),
+        from_env("CODEX_BIN"),
+        from_env("CLIENTS_PYTHON"),
+    ) {
+        return Clients {
+            claude,
+            codex,
+            python,
+        };
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-agents.sh");
+    let output = Command::new(script)
+        .output()
+        .expect("run install-agents.sh");
+    assert!(
+        output.status.success(),
+        "install-agents.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let path = |name: &str| {
+        printed
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("install-agents.sh printed no {name}"))
+    };
+    Clients {
+        claude: path("CLAUDE_BIN"),
+        codex: path("CODEX_BIN"),
+        python: path("CLIENTS_PYTHON"),
+    }
+}
+
+/// Every prompt the upstream was sent, with the ids it sampled for it.
+type Log = Arc<Mutex<Vec<(Vec<u32>, Vec<u32>)>>>;
+
+/// A proxy (Qwen3's tokenizer and template) before an upstream playing an agent's model: it
+/// calls the tool the request declares (`call` picks the call from the prompt's text), and
+/// once the prompt ends with the tool's result, answers with what the result said.
+fn proxy_with_model(call: impl Fn(&str) -> String + Send + Sync + 'static) -> (Proxy, Log) {
+    let tok = Arc::new(Tokenizer::from_path(&fixture_model("qwen3")).unwrap());
+    let log: Log = Default::default();
+    let worker = MockWorker::start(Wire::Sglang);
+    let (seen, tokenizer) = (log.clone(), tok.clone());
+    worker.respond_with(Arc::new(move |prompt: &[u32]| {
+        let text = tokenizer.decode(prompt);
+        let last_user = text.rsplit("<|im_start|>user").next().unwrap_or("");
+        let reply = match last_user.split_once("<tool_response>") {
+            Some((_, result)) => {
+                let secret = result
+                    .split("secret word is ")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .unwrap_or("unknown");
+                format!("The secret word is {secret}.<|im_end|>")
+            }
+            None => format!(
+                "Let me check.\n<tool_call>\n{}\n</tool_call><|im_end|>",
+                call(&text)
+            ),
+        };
+        let ids = tokenizer.encode(&reply).unwrap();
+        seen.lock().unwrap().push((prompt.to_vec(), ids.clone()));
+        Sample::stop(ids)
+    }));
+    (
+        Proxy::start_with(fixture_model("qwen3"), None, worker, |_| {}),
+        log,
+    )
+}
+
+/// Each turn of `node` sampled exactly the ids the upstream returned for that turn's prompt.
+fn assert_sampled_by_upstream(node: &Value, log: &Log) {
+    assert_node_shape(node);
+    let tokens: Vec<u32> = serde_json::from_value(node["tokens"].clone()).unwrap();
+    let log = log.lock().unwrap();
+    for turn in node["metadata"]["turns"].as_array().unwrap() {
+        let start = turn["completion_start"].as_u64().unwrap() as usize;
+        let len = turn["completion_tokens"].as_u64().unwrap() as usize;
+        let (_, sampled) = log
+            .iter()
+            .find(|(prompt, _)| prompt.as_slice() == &tokens[..start])
+            .expect("every turn's prompt is one the upstream was sent, id for id");
+        assert_eq!(&tokens[start..start + len], sampled.as_slice());
+    }
+}
+
+/// Runs `command` in `dir` with only `env` (and PATH) set; its stdout, after checking it
+/// succeeded.
+fn run(mut command: Command, dir: &Path, env: &[(&str, String)]) -> String {
+    command
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("start the agent");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{:?} failed\nstdout: {stdout}\nstderr: {}",
+        command.get_program(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// A scratch folder holding `notes.txt` with the secret.
+fn workspace(name: &str) -> PathBuf {
+    let dir = scratch_dir(name);
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::write(dir.join("work/notes.txt"), "The secret word is PAPAYA\n").unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn claude_code_completes_a_tool_task_in_one_node() {
+    let clients = clients();
+    let dir = workspace("agents-claude");
+    let notes = dir.join("work/notes.txt");
+    let (proxy, log) = proxy_with_model(move |_| {
+        json!({"name": "Read", "arguments": {"file_path": notes}}).to_string()
+    });
+    let uuid = proxy.session(json!({})).await;
+    let mut claude = Command::new(&clients.claude);
+    claude.args([
+        "-p",
+        "What is the secret word in notes.txt? Use the Read tool.",
+        "--max-turns",
+        "4",
+        "--allowedTools",
+        "Read",
+    ]);
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let stdout = run(
+        claude,
+        &dir.join("work"),
+        &[
+            ("HOME", home.display().to_string()),
+            ("ANTHROPIC_BASE_URL", format!("{}/{uuid}", proxy.url)),
+            ("ANTHROPIC_API_KEY", "test".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ],
+    );
+    assert!(stdout.contains("PAPAYA"), "{stdout}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "the main conversation is one node");
+    assert_eq!(nodes[0]["metadata"]["num_turns"], 2);
+    assert_eq!(nodes[0]["metadata"]["turns"][0]["api"], "messages");
+    assert_sampled_by_upstream(&nodes[0], &log);
+}
+
+#[tokio::test]
+async fn codex_completes_a_tool_task_in_one_node() {
+    let clients = clients();
+    let dir = workspace("agents-codex");
+    let (proxy, log) = proxy_with_model(|_| {
+        json!({"name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}).to_string()
+    });
+    let uuid = proxy.session(json!({})).await;
+    let codex_home = dir.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let config = format!(
+        "model = \"local-model\"\nmodel_provider = \"proxy\"\n\n[model_providers.proxy]\n\
+         name = \"rollout-proxy\"\nbase_url = \"{}/{uuid}/v1\"\nwire_api = \"responses\"\n\
+         env_key = \"PROXY_API_KEY\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+        proxy.url
+    );
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let mut codex = Command::new(&clients.codex);
+    codex.args([
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "What is the secret word in notes.txt?",
+    ]);
+    let stdout = run(
+        codex,
+        &dir.join("work"),
+        &[
+            ("HOME", codex_home.display().to_string()),
+            ("CODEX_HOME", codex_home.display().to_string()),
+            ("PROXY_API_KEY", "sk-test".into()),
+        ],
+    );
+    assert!(stdout.contains("PAPAYA"), "{stdout}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "the main conversation is one node");
+    assert_eq!(nodes[0]["metadata"]["num_turns"], 2);
+    let turn = &nodes[0]["metadata"]["turns"][0];
+    assert_eq!(turn["api"], "responses");
+    assert_eq!(turn["tools_left_out"], json!(["web_search"]));
+    assert_sampled_by_upstream(&nodes[0], &log);
+}
+
+#[tokio::test]
+async fn the_python_sdks_run_tool_loops_one_node_each() {
+    let clients = clients();
+    let (proxy, log) = proxy_with_model(|_| {
+        json!({"name": "lookup", "arguments": {"query": "secret"}}).to_string()
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/sdk_tool_loops.py");
+    let output = Command::new(&clients.python)
+        .arg(script)
+        .arg(&proxy.url)
+        .output()
+        .expect("run the SDK script");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sessions: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let sessions = sessions.as_object().unwrap();
+    assert_eq!(sessions.len(), 4, "{sessions:?}");
+    for (scenario, uuid) in sessions {
+        let nodes = proxy.nodes(uuid.as_str().unwrap()).await;
+        assert_eq!(nodes.len(), 1, "{scenario}: one node");
+        assert_eq!(nodes[0]["metadata"]["num_turns"], 2, "{scenario}");
+        assert_sampled_by_upstream(&nodes[0], &log);
+    }
+}
