@@ -32,6 +32,8 @@ pub struct ConfigFile {
     pub servers: Vec<BackendConfig>,
     /// `max_tokens` sent when a request sets none.
     pub default_max_tokens: Option<u32>,
+    /// The model's context window in tokens (prompt and sample together), when known.
+    pub context_length: Option<u32>,
     /// Routing, health, retry and queue settings.
     #[serde(default)]
     pub pool: PoolSettings,
@@ -61,6 +63,10 @@ pub struct Settings {
     pub model: Option<PathBuf>,
     /// Settings of the in-process engine.
     pub engine: EngineSettings,
+    /// The model's context window in tokens (prompt and sample together): `max_tokens` is
+    /// lowered to what a prompt leaves of it, and a prompt that fills it is refused. The
+    /// in-process engine's context is used when it serves the model.
+    pub context_length: Option<u32>,
 }
 
 /// Start-up failures.
@@ -170,6 +176,7 @@ impl Settings {
             servers = servers.len(),
             "configuration loaded"
         );
+        let engine_context = embedded.is_some().then_some(self.engine.context);
         let engine = embedded.map(|e| e.engine);
         let factory = default_factory(&model_name, tokenizer.clone(), engine);
         Ok(AppState {
@@ -182,6 +189,11 @@ impl Settings {
                     generation_prompts: Default::default(),
                 },
                 backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
+                context_length: self
+                    .context_length
+                    .or(self.config.context_length)
+                    .or(engine_context)
+                    .map(|n| n as usize),
             },
             sessions: SessionStore::default(),
             default_max_tokens: self

@@ -74,6 +74,10 @@ struct ServeArgs {
     /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
     #[arg(long, default_value_t = 4096)]
     engine_context: u32,
+    /// The model's context window in tokens, for backends the proxy cannot ask: `max_tokens`
+    /// is lowered to what a prompt leaves of it (clients such as Claude Code ask for 128000).
+    #[arg(long)]
+    context_length: Option<u32>,
 }
 
 fn parse_kind(value: &str) -> Result<BackendKind, String> {
@@ -112,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             threads: args.engine_threads.unwrap_or(defaults.threads),
             ..defaults
         },
+        context_length: args.context_length,
     };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {

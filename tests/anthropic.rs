@@ -346,3 +346,140 @@ async fn bad_requests_get_anthropic_errors_and_change_nothing() {
     assert_eq!(data["error"]["type"], "overloaded_error");
     assert!(proxy.nodes(&uuid).await.is_empty());
 }
+
+/// Claude Code asks for `max_tokens: 128000`: with the model's context known, the request is
+/// served with what the prompt leaves of it; a prompt that fills the context is refused.
+#[tokio::test]
+async fn max_tokens_is_clamped_to_the_context_left() {
+    let tok = tokenizer();
+    let worker = common::mock_worker::MockWorker::start(Wire::Sglang);
+    let proxy = Proxy::start_with(fixture_model("qwen3"), None, worker, |settings| {
+        settings.context_length = Some(300);
+    });
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/messages");
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
+    let body = json!({"max_tokens": 128000, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, reply) = proxy.post(&path, body).await;
+    assert_eq!(status, 200, "{reply}");
+    let prompt = proxy.worker.last_prompt().len();
+    let sent = &proxy.worker.requests()[0]["sampling_params"]["max_new_tokens"];
+    assert_eq!(sent, 300 - prompt);
+
+    let long = "word ".repeat(400);
+    let body = json!({"max_tokens": 10, "messages": [{"role": "user", "content": long}]});
+    let (status, data) = proxy.post(&path, body.clone()).await;
+    assert_eq!(status, 400, "{data}");
+    assert_eq!(data["error"]["type"], "invalid_request_error");
+    assert!(
+        data["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fills the model's context")
+    );
+    let (status, raw, _) = proxy.post_stream(&path, body).await;
+    assert_eq!(status, 400, "{raw}");
+    assert_eq!(proxy.nodes(&uuid).await.len(), 1);
+}
+
+/// An agent's side request (a title, a summary) on the rollout's session starts a node of its
+/// own that says why, and the main conversation goes on extending its node.
+#[tokio::test]
+async fn a_side_request_gets_its_own_node_and_the_main_one_goes_on() {
+    let tok = tokenizer();
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/messages");
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode(CALL_TEXT).unwrap()));
+    let (_, reply) = proxy.post(&path, first_turn()).await;
+    proxy.worker.push_sample(Sample::stop(
+        tok.encode("Reading a file<|im_end|>").unwrap(),
+    ));
+    let title = json!({"max_tokens": 32, "system": "Write a title for this conversation.",
+        "messages": [{"role": "user", "content": "What does a.txt say?"}]});
+    let (status, _) = proxy.post(&path, title).await;
+    assert_eq!(status, 200);
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("hello<|im_end|>").unwrap()));
+    let (status, _) = proxy.post(&path, second_turn(&reply["content"])).await;
+    assert_eq!(status, 200);
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(
+        nodes[0]["metadata"]["num_turns"], 2,
+        "the main node went on"
+    );
+    assert_eq!(nodes[1]["metadata"]["num_turns"], 1);
+    assert_eq!(
+        nodes[1]["metadata"]["divergence"]["reason"],
+        "new_conversation"
+    );
+}
+
+/// A client that hangs up mid-stream cancels the backend request and changes nothing, on the
+/// Messages API and the Responses API alike.
+#[tokio::test]
+async fn hanging_up_cancels_the_backend_on_messages_and_responses() {
+    let tok = tokenizer();
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.set_token_delay(100);
+    let long = tok.encode(&"slowly ".repeat(40)).unwrap();
+    let requests = [
+        (
+            format!("/{uuid}/v1/messages"),
+            json!({"max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
+            "text_delta",
+        ),
+        (
+            format!("/{uuid}/v1/responses"),
+            json!({"input": "hi"}),
+            "output_text.delta",
+        ),
+    ];
+    for (cancelled, (path, body, seen)) in requests.into_iter().enumerate() {
+        proxy.worker.push_sample(Sample::stop(long.clone()));
+        proxy.stream_and_hang_up(&path, body, seen).await;
+        let start = std::time::Instant::now();
+        while proxy.worker.cancelled_streams() == cancelled {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(2),
+                "{path}: not cancelled"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(
+            proxy.nodes(&uuid).await.is_empty(),
+            "{path}: nothing recorded"
+        );
+    }
+}
+
+/// While the backend is silent, the stream carries `ping` events (Responses: comments).
+#[tokio::test]
+async fn a_silent_backend_gets_pings() {
+    let tok = tokenizer();
+    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.set_token_delay(1000);
+    proxy
+        .worker
+        .push_sample(Sample::stop(tok.encode("ok<|im_end|>").unwrap()));
+    let body = json!({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, raw, events) = proxy
+        .post_stream(&format!("/{uuid}/v1/messages"), body)
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        events
+            .iter()
+            .any(|(name, data)| name == "ping" && data["type"] == "ping"),
+        "{raw}"
+    );
+    assert_eq!(events.last().unwrap().0, "message_stop");
+}

@@ -107,7 +107,9 @@ impl From<TurnError> for ApiError {
             TurnError::Template(e) => e.into(),
             TurnError::Tokenizer(e) => e.into(),
             TurnError::Backend(e) => e.into(),
-            TurnError::EmptyPrompt => Self::bad_request(error.to_string()),
+            TurnError::EmptyPrompt | TurnError::PromptTooLong { .. } => {
+                Self::bad_request(error.to_string())
+            }
         }
     }
 }

@@ -60,6 +60,18 @@ pub enum TurnError {
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
+    /// The prompt leaves no room in the model's context.
+    #[error(
+        "the prompt ({prompt} tokens) fills the model's context ({context} tokens); a longer \
+         one needs a larger context (--engine-context for the in-process engine, \
+         --context-length for a server's)"
+    )]
+    PromptTooLong {
+        /// Prompt tokens.
+        prompt: usize,
+        /// The context window.
+        context: usize,
+    },
 }
 
 /// The model-side pieces every turn needs.

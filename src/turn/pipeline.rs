@@ -19,6 +19,9 @@ pub struct Pipeline {
     pub context: TurnContext,
     /// Where samples come from.
     pub backends: Arc<Pool>,
+    /// The model's context window (prompt and sample), when known: `max_tokens` is lowered to
+    /// what a prompt leaves of it.
+    pub context_length: Option<usize>,
 }
 
 /// The prompt a turn would send now, for `/render`.
@@ -217,6 +220,7 @@ impl Pipeline {
         params: SamplingParams,
         n: u32,
     ) -> Result<Vec<(crate::generation::Generation, Arc<str>)>, TurnError> {
+        let params = self.fit(params, plan.prompt_ids.len())?;
         let request = GenerateRequest {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params,
@@ -254,6 +258,28 @@ impl Pipeline {
         self.backends.record_affinity(previous.as_deref(), &used);
         session.set_backend(used.clone());
         Ok((events, used))
+    }
+
+    /// `params` with `max_tokens` lowered to what a prompt of `prompt_len` tokens leaves of the
+    /// context; an error when the prompt fills it.
+    pub(super) fn fit(
+        &self,
+        mut params: SamplingParams,
+        prompt_len: usize,
+    ) -> Result<SamplingParams, TurnError> {
+        let Some(context) = self.context_length else {
+            return Ok(params);
+        };
+        let left = context.saturating_sub(prompt_len);
+        if left == 0 {
+            return Err(TurnError::PromptTooLong {
+                prompt: prompt_len,
+                context,
+            });
+        }
+        let left = u32::try_from(left).unwrap_or(u32::MAX);
+        params.max_tokens = Some(params.max_tokens.map_or(left, |max| max.min(left)));
+        Ok(params)
     }
 
     /// `Some(opened)` when the session returns reasoning separately; `opened` says whether the

@@ -182,14 +182,28 @@ pub fn prepare(
         }
         None => {
             let divergence = divergence.or_else(|| {
-                (unmatched_assistant && !state.nodes.is_empty()).then(|| Divergence {
-                    reason: "unmatched_assistant_message",
-                    detail:
-                        "an assistant message matches no completion of this session (edited or \
-                             written by the client); the template renders it as text"
+                if state.nodes.is_empty() {
+                    return None;
+                }
+                Some(match unmatched_assistant {
+                    true => Divergence {
+                        reason: "unmatched_assistant_message",
+                        detail: "an assistant message matches no completion of this session \
+                                 (edited or written by the client); the template renders it as \
+                                 text"
                             .into(),
-                    from_node: None,
-                    token_position: None,
+                        from_node: None,
+                        token_position: None,
+                    },
+                    false => Divergence {
+                        reason: "new_conversation",
+                        detail: "the request continues no earlier turn of this session: a \
+                                 conversation of its own, such as an agent's side request for a \
+                                 title or a summary"
+                            .into(),
+                        from_node: None,
+                        token_position: None,
+                    },
                 })
             });
             (Vec::new(), 0, Base::New { divergence })

@@ -115,7 +115,7 @@ impl Pipeline {
     ) -> Result<TurnStream, TurnError> {
         let guard = session.state.clone().lock_owned().await;
         let plan = self.plan(&session, &guard, &request)?;
-        let mut opening = self.open_streams(&session, &request, &plan);
+        let mut opening = self.open_streams(&session, &request, &plan)?;
         let opened = match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
             Ok(opened) => Some(opened?),
             Err(_) => None,
@@ -142,10 +142,16 @@ impl Pipeline {
 
     /// Opens one backend stream per choice. With a seed, choice `i` samples with `seed + i`
     /// (the streams are separate requests, and equal seeds would give equal samples).
-    fn open_streams(&self, session: &Arc<Session>, request: &ChatRequest, plan: &Plan) -> Opening {
+    fn open_streams(
+        &self,
+        session: &Arc<Session>,
+        request: &ChatRequest,
+        plan: &Plan,
+    ) -> Result<Opening, TurnError> {
+        let params = self.fit(request.params.clone(), plan.prompt_ids.len())?;
         let requests: Vec<_> = (0..request.n)
             .map(|i| {
-                let mut params = request.params.clone();
+                let mut params = params.clone();
                 params.seed = params.seed.map(|seed| seed + i64::from(i));
                 crate::generation::GenerateRequest {
                     prompt: plan.prompt_ids.clone(),
@@ -155,12 +161,12 @@ impl Pipeline {
             })
             .collect();
         let (pipeline, session) = (self.clone(), session.clone());
-        Box::pin(async move {
+        Ok(Box::pin(async move {
             let opening = requests
                 .iter()
                 .map(|generate| pipeline.sample_stream(&session, generate));
             futures::future::try_join_all(opening).await
-        })
+        }))
     }
 }
 

@@ -307,14 +307,20 @@ impl Proxy {
 
     /// Starts a streamed turn and hangs up (closes the socket) once the response holds `seen`
     /// (`"data: "`: after the first chunk), like a client that goes away.
-    pub async fn chat_stream_and_hang_up(&self, uuid: &str, mut body: Value, seen: &str) {
+    pub async fn chat_stream_and_hang_up(&self, uuid: &str, body: Value, seen: &str) {
+        self.stream_and_hang_up(&format!("/{uuid}/v1/chat/completions"), body, seen)
+            .await
+    }
+
+    /// Like [`Proxy::chat_stream_and_hang_up`], for a streamed request to any `path`.
+    pub async fn stream_and_hang_up(&self, path: &str, mut body: Value, seen: &str) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         body["stream"] = Value::Bool(true);
         let body = body.to_string();
         let address = self.url.trim_start_matches("http://");
         let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
         let request = format!(
-            "POST /{uuid}/v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         socket.write_all(request.as_bytes()).await.unwrap();
