@@ -5,13 +5,9 @@
 mod common;
 
 use common::mock_worker::{Sample, Wire};
-use common::{Proxy, assert_node_shape, fixture_model};
+use common::{Proxy, assert_node_shape, fixture_model, qwen3_proxy, sampled_ids};
 use rollout_proxy::tokenizer::Tokenizer;
 use serde_json::{Value, json};
-
-fn tokenizer() -> Tokenizer {
-    Tokenizer::from_path(&fixture_model("qwen3")).unwrap()
-}
 
 fn tools() -> Value {
     json!([
@@ -57,14 +53,9 @@ fn second_turn(reply_content: &Value) -> Value {
     body
 }
 
-fn ids(node: &Value, key: &str) -> Vec<i64> {
-    serde_json::from_value(node[key].clone()).unwrap()
-}
-
 #[tokio::test]
 async fn a_tool_loop_is_one_node_holding_exactly_the_sampled_ids() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/messages?beta=true");
 
@@ -136,14 +127,8 @@ async fn a_tool_loop_is_one_node_holding_exactly_the_sampled_ids() {
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1, "one rollout, one node");
     assert_node_shape(&nodes[0]);
-    let masked = ids(&nodes[0], "masked_tokens");
-    let sampled: Vec<u32> = masked
-        .iter()
-        .filter(|&&m| m != -100)
-        .map(|&m| m as u32)
-        .collect();
     assert_eq!(
-        sampled,
+        sampled_ids(&nodes[0]),
         [call, answer].concat(),
         "the sampled ids are the upstream's"
     );
@@ -151,8 +136,7 @@ async fn a_tool_loop_is_one_node_holding_exactly_the_sampled_ids() {
 
 #[tokio::test]
 async fn a_streamed_turn_writes_anthropic_events_token_by_token() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/messages?beta=true");
     proxy
@@ -225,8 +209,7 @@ async fn a_streamed_turn_writes_anthropic_events_token_by_token() {
 
 #[tokio::test]
 async fn a_turn_may_switch_apis_within_one_node() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     proxy
         .worker
@@ -263,8 +246,7 @@ async fn a_turn_may_switch_apis_within_one_node() {
 
 #[tokio::test]
 async fn stop_sequences_and_thinking_blocks() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({"reasoning": true})).await;
     let sampled = tok
         .encode("<think>\nshort\n</think>\n\nOne, two###")
@@ -293,7 +275,7 @@ async fn stop_sequences_and_thinking_blocks() {
 
 #[tokio::test]
 async fn bad_requests_get_anthropic_errors_and_change_nothing() {
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (_, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/messages");
     let user = json!([{"role": "user", "content": "hi"}]);
@@ -351,7 +333,7 @@ async fn bad_requests_get_anthropic_errors_and_change_nothing() {
 /// served with what the prompt leaves of it; a prompt that fills the context is refused.
 #[tokio::test]
 async fn max_tokens_is_clamped_to_the_context_left() {
-    let tok = tokenizer();
+    let tok = Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
     let worker = common::mock_worker::MockWorker::start(Wire::Sglang);
     let proxy = Proxy::start_with(fixture_model("qwen3"), None, worker, |settings| {
         settings.context_length = Some(300);
@@ -388,8 +370,7 @@ async fn max_tokens_is_clamped_to_the_context_left() {
 /// own that says why, and the main conversation goes on extending its node.
 #[tokio::test]
 async fn a_side_request_gets_its_own_node_and_the_main_one_goes_on() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/messages");
     proxy
@@ -425,8 +406,7 @@ async fn a_side_request_gets_its_own_node_and_the_main_one_goes_on() {
 /// Messages API and the Responses API alike.
 #[tokio::test]
 async fn hanging_up_cancels_the_backend_on_messages_and_responses() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     proxy.worker.set_token_delay(100);
     let long = tok.encode(&"slowly ".repeat(40)).unwrap();
@@ -463,8 +443,7 @@ async fn hanging_up_cancels_the_backend_on_messages_and_responses() {
 /// While the backend is silent, the stream carries `ping` events (Responses: comments).
 #[tokio::test]
 async fn a_silent_backend_gets_pings() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     proxy.worker.set_token_delay(1000);
     proxy

@@ -5,14 +5,9 @@
 
 mod common;
 
-use common::mock_worker::{Sample, Wire};
-use common::{Proxy, assert_node_shape, assert_openai_error, fixture_model};
-use rollout_proxy::tokenizer::Tokenizer;
+use common::mock_worker::Sample;
+use common::{assert_node_shape, assert_openai_error, qwen3_proxy, sampled_ids};
 use serde_json::{Value, json};
-
-fn tokenizer() -> Tokenizer {
-    Tokenizer::from_path(&fixture_model("qwen3")).unwrap()
-}
 
 fn tools() -> Value {
     json!([
@@ -42,19 +37,9 @@ fn codex_turn(extra: &[Value]) -> Value {
 
 const CALL_TEXT: &str = "<think>\nI will read it.\n</think>\n\nReading.\n<tool_call>\n{\"name\": \"exec_command\", \"arguments\": {\"cmd\": \"cat a.txt\"}}\n</tool_call><|im_end|>";
 
-fn sampled_ids(node: &Value) -> Vec<u32> {
-    let masked: Vec<i64> = serde_json::from_value(node["masked_tokens"].clone()).unwrap();
-    masked
-        .iter()
-        .filter(|&&m| m != -100)
-        .map(|&m| m as u32)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_codex_tool_loop_is_one_node_holding_exactly_the_sampled_ids() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({"reasoning": true})).await;
     let path = format!("/{uuid}/v1/responses");
     let call = tok.encode(CALL_TEXT).unwrap();
@@ -124,8 +109,7 @@ async fn a_codex_tool_loop_is_one_node_holding_exactly_the_sampled_ids() {
 
 #[tokio::test]
 async fn a_streamed_response_writes_every_event_in_order() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let text = "Reading.\n<tool_call>\n{\"name\": \"files.read\", \"arguments\": {\"path\": \"a.txt\"}}\n</tool_call><|im_end|>";
     proxy
@@ -195,8 +179,7 @@ async fn a_streamed_response_writes_every_event_in_order() {
 
 #[tokio::test]
 async fn a_stored_response_is_continued_by_id() {
-    let tok = tokenizer();
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (tok, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/responses");
     proxy
@@ -237,7 +220,7 @@ async fn a_stored_response_is_continued_by_id() {
 
 #[tokio::test]
 async fn bad_requests_get_openai_errors_and_change_nothing() {
-    let proxy = Proxy::start(fixture_model("qwen3"), None, Wire::Sglang);
+    let (_, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;
     let path = format!("/{uuid}/v1/responses");
     let cases = [

@@ -82,6 +82,16 @@ pub struct MessageError {
 }
 
 impl ChatMessage {
+    /// A message of `role` with only text (other APIs' adapters build the conversation so).
+    pub fn text(role: Role, content: String) -> Self {
+        Self {
+            role,
+            content: Some(content),
+            tool_calls: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+
     /// Validates one message as sent, taking its strings rather than copying them.
     pub fn parse(index: usize, raw: impl Into<WireMessage>) -> Result<Self, MessageError> {
         let fail = |reason: String| MessageError { index, reason };

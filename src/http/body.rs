@@ -39,6 +39,28 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::B
     })
 }
 
+/// Reads the whole body and parses it as `T`; the top-level fields not in `known` are logged
+/// at debug (clients add fields every month: they are ignored, never refused).
+pub async fn read_json_noting_unknown<T: DeserializeOwned>(
+    payload: web::Payload,
+    limit: usize,
+    known: &[&str],
+) -> Result<T, ApiError> {
+    let bytes = read_body(payload, limit).await?;
+    let body = parse_json(&bytes)?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let fields: serde_json::Map<String, serde_json::Value> = parse_json(&bytes)?;
+        let unknown: Vec<_> = fields
+            .keys()
+            .filter(|key| !known.contains(&key.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::debug!(?unknown, "request fields ignored");
+        }
+    }
+    Ok(body)
+}
+
 /// Parses a body as `T`.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {

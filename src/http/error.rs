@@ -68,6 +68,24 @@ impl ResponseError for ApiError {
     }
 }
 
+/// A request an adapter cannot read into a turn: a 400 with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(String);
+
+impl BadRequest {
+    /// A 400 saying `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl From<BadRequest> for ApiError {
+    fn from(error: BadRequest) -> Self {
+        Self::bad_request(error.0)
+    }
+}
+
 impl From<RequestError> for ApiError {
     fn from(error: RequestError) -> Self {
         Self::bad_request(error.to_string())

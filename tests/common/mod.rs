@@ -436,6 +436,27 @@ pub fn assert_openai_error(data: &Value) {
     }
 }
 
+/// A proxy with Qwen3's tokenizer and template before an SGLang-format upstream, and that
+/// tokenizer (to script the upstream's samples in Qwen3's formats).
+pub fn qwen3_proxy() -> (rollout_proxy::tokenizer::Tokenizer, Proxy) {
+    let tokenizer =
+        rollout_proxy::tokenizer::Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
+    (
+        tokenizer,
+        Proxy::start(fixture_model("qwen3"), None, Wire::Sglang),
+    )
+}
+
+/// The ids of a node the model sampled (its unmasked positions), in order.
+pub fn sampled_ids(node: &Value) -> Vec<u32> {
+    let masked: Vec<i64> = serde_json::from_value(node["masked_tokens"].clone()).unwrap();
+    masked
+        .iter()
+        .filter(|&&m| m != -100)
+        .map(|&m| m as u32)
+        .collect()
+}
+
 /// Code points of `text`: what the char tokenizer (and the Atropos mock) encodes it to.
 pub fn chars(text: &str) -> Vec<u32> {
     text.chars().map(|c| c as u32).collect()

@@ -8,9 +8,10 @@ mod reply;
 mod request;
 mod stream;
 
-use super::body::{parse_json, read_body};
+use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
 use crate::session::Session;
+use crate::turn::RenderedTurn;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError, web};
 use request::{KNOWN_FIELDS, MessagesBody};
@@ -62,12 +63,6 @@ impl ResponseError for AnthropicError {
     }
 }
 
-impl From<request::InvalidRequest> for ApiError {
-    fn from(error: request::InvalidRequest) -> Self {
-        Self::bad_request(error.to_string())
-    }
-}
-
 /// The session and the body, read; unknown fields are logged at debug.
 async fn parse(
     state: &AppState,
@@ -75,18 +70,7 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, MessagesBody), AnthropicError> {
     let session = state.session(&path.into_inner())?;
-    let bytes = read_body(payload, state.max_body_bytes).await?;
-    let body: MessagesBody = parse_json(&bytes)?;
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let fields: serde_json::Map<String, Value> = parse_json(&bytes)?;
-        let unknown: Vec<_> = fields
-            .keys()
-            .filter(|key| !KNOWN_FIELDS.contains(&key.as_str()))
-            .collect();
-        if !unknown.is_empty() {
-            tracing::debug!(?unknown, "messages request: fields ignored");
-        }
-    }
+    let body = read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     Ok((session, body))
 }
 
@@ -123,16 +107,25 @@ pub async fn messages(
     }))
 }
 
+/// The prompt the request would send now (`max_tokens` may be left out); changes nothing.
+async fn rendered(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<RenderedTurn, AnthropicError> {
+    let (session, body) = parse(&state, path, payload).await?;
+    let request = body.into_request(state.default_max_tokens, true)?;
+    Ok(state.pipeline.render(&session, &request).await?)
+}
+
 /// `count_tokens`: the length of the prompt the turn would send.
 pub async fn count_tokens(
     state: web::Data<AppState>,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, AnthropicError> {
-    let (session, body) = parse(&state, path, payload).await?;
-    let request = body.into_request(state.default_max_tokens, true)?;
-    let rendered = state.pipeline.render(&session, &request).await?;
-    Ok(HttpResponse::Ok().json(json!({"input_tokens": rendered.prompt_ids.len()})))
+    let prompt = rendered(state, path, payload).await?.prompt_ids.len();
+    Ok(HttpResponse::Ok().json(json!({"input_tokens": prompt})))
 }
 
 /// The exact prompt a Messages turn would send now; changes nothing.
@@ -141,8 +134,5 @@ pub async fn render(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, AnthropicError> {
-    let (session, body) = parse(&state, path, payload).await?;
-    let request = body.into_request(state.default_max_tokens, true)?;
-    let rendered = state.pipeline.render(&session, &request).await?;
-    Ok(super::render_reply(rendered))
+    Ok(super::render_reply(rendered(state, path, payload).await?))
 }

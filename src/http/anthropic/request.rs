@@ -7,10 +7,11 @@
 
 use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
 use crate::generation::SamplingParams;
+use crate::http::error::BadRequest;
 use crate::tools::{DeclaredTools, ToolDialect};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 /// The body of `POST /v1/messages` (and `count_tokens`), as sent. Unknown fields are ignored:
 /// clients add fields every month.
@@ -59,18 +60,13 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "mcp_servers",
 ];
 
-/// A request the Messages API cannot serve, said in its terms.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidRequest(String);
-
 impl MessagesBody {
     /// The turn this body asks for. `count_only`: `max_tokens` may be left out (token counting).
     pub fn into_request(
         self,
         default_max_tokens: Option<u32>,
         count_only: bool,
-    ) -> Result<ChatRequest, InvalidRequest> {
+    ) -> Result<ChatRequest, BadRequest> {
         let max_tokens = match self.max_tokens {
             Some(0) => return Err(invalid("max_tokens: must be at least 1")),
             Some(n) => Some(n),
@@ -97,7 +93,7 @@ impl MessagesBody {
             read_message(i, message, &mut system, &mut messages)?;
         }
         if !system.is_empty() {
-            messages.insert(0, message(Role::System, system));
+            messages.insert(0, ChatMessage::text(Role::System, system));
         }
         let params = SamplingParams {
             max_tokens,
@@ -129,17 +125,8 @@ impl MessagesBody {
     }
 }
 
-fn invalid(message: impl Into<String>) -> InvalidRequest {
-    InvalidRequest(message.into())
-}
-
-fn message(role: Role, content: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(content),
-        tool_calls: Vec::new(),
-        extra: Map::new(),
-    }
+fn invalid(message: impl Into<String>) -> BadRequest {
+    BadRequest::new(message)
 }
 
 /// Appends the chat messages of `messages[i]`; a `system`-role message's text is added to
@@ -149,7 +136,7 @@ fn read_message(
     raw: &Value,
     system: &mut String,
     out: &mut Vec<ChatMessage>,
-) -> Result<(), InvalidRequest> {
+) -> Result<(), BadRequest> {
     let at = format!("messages[{i}]");
     let role = raw
         .get("role")
@@ -178,7 +165,7 @@ fn read_message(
 }
 
 /// The content blocks of a message (a string is one text block).
-fn blocks<'v>(at: &str, content: &'v Value) -> Result<Vec<(&'v str, &'v Value)>, InvalidRequest> {
+fn blocks<'v>(at: &str, content: &'v Value) -> Result<Vec<(&'v str, &'v Value)>, BadRequest> {
     match content {
         Value::String(_) => Ok(vec![("text", content)]),
         Value::Array(blocks) => blocks
@@ -199,7 +186,7 @@ fn blocks<'v>(at: &str, content: &'v Value) -> Result<Vec<(&'v str, &'v Value)>,
 }
 
 /// A block's `text` (a bare string is its own text).
-fn block_text<'v>(at: &str, block: &'v Value) -> Result<&'v str, InvalidRequest> {
+fn block_text<'v>(at: &str, block: &'v Value) -> Result<&'v str, BadRequest> {
     match block {
         Value::String(text) => Ok(text),
         _ => block
@@ -210,7 +197,7 @@ fn block_text<'v>(at: &str, block: &'v Value) -> Result<&'v str, InvalidRequest>
 }
 
 /// The text of a string or of a list of text blocks, joined by newlines.
-fn text_of(content: &Value, at: &str) -> Result<String, InvalidRequest> {
+fn text_of(content: &Value, at: &str) -> Result<String, BadRequest> {
     let mut texts = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
         match kind {
@@ -221,7 +208,7 @@ fn text_of(content: &Value, at: &str) -> Result<String, InvalidRequest> {
     Ok(texts.join("\n"))
 }
 
-fn unsupported(at: &str, kind: &str) -> InvalidRequest {
+fn unsupported(at: &str, kind: &str) -> BadRequest {
     match kind {
         "image" | "document" => invalid(format!(
             "{at}: {kind} blocks are not supported: this proxy serves text-only models"
@@ -231,7 +218,7 @@ fn unsupported(at: &str, kind: &str) -> InvalidRequest {
 }
 
 /// A user turn: its `tool_result` blocks as tool messages, then its text as a user message.
-fn read_user(at: &str, content: &Value, out: &mut Vec<ChatMessage>) -> Result<(), InvalidRequest> {
+fn read_user(at: &str, content: &Value, out: &mut Vec<ChatMessage>) -> Result<(), BadRequest> {
     let mut texts = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
         let at = format!("{at}.content[{j}]");
@@ -242,13 +229,13 @@ fn read_user(at: &str, content: &Value, out: &mut Vec<ChatMessage>) -> Result<()
         }
     }
     if !texts.is_empty() {
-        out.push(message(Role::User, texts.join("\n")));
+        out.push(ChatMessage::text(Role::User, texts.join("\n")));
     }
     Ok(())
 }
 
 /// A `tool_result` block as the template's tool message.
-fn tool_result(at: &str, block: &Value) -> Result<ChatMessage, InvalidRequest> {
+fn tool_result(at: &str, block: &Value) -> Result<ChatMessage, BadRequest> {
     let id = block
         .get("tool_use_id")
         .and_then(Value::as_str)
@@ -257,7 +244,7 @@ fn tool_result(at: &str, block: &Value) -> Result<ChatMessage, InvalidRequest> {
         None | Some(Value::Null) => String::new(),
         Some(content) => text_of(content, &format!("{at}.content"))?,
     };
-    let mut result = message(Role::Tool, content);
+    let mut result = ChatMessage::text(Role::Tool, content);
     result.extra.insert("tool_call_id".into(), id.into());
     if block.get("is_error").and_then(Value::as_bool) == Some(true) {
         result.extra.insert("is_error".into(), true.into());
@@ -266,7 +253,7 @@ fn tool_result(at: &str, block: &Value) -> Result<ChatMessage, InvalidRequest> {
 }
 
 /// An assistant turn: its text, its `tool_use` blocks as calls, its `thinking` as reasoning.
-fn read_assistant(at: &str, content: &Value) -> Result<ChatMessage, InvalidRequest> {
+fn read_assistant(at: &str, content: &Value) -> Result<ChatMessage, BadRequest> {
     let mut texts = Vec::new();
     let mut thinking = Vec::new();
     let mut calls = Vec::new();
@@ -299,7 +286,7 @@ fn read_assistant(at: &str, content: &Value) -> Result<ChatMessage, InvalidReque
             other => return Err(unsupported(&at, other)),
         }
     }
-    let mut reply = message(Role::Assistant, texts.join("\n"));
+    let mut reply = ChatMessage::text(Role::Assistant, texts.join("\n"));
     reply.tool_calls = calls;
     if !thinking.is_empty() {
         reply
@@ -310,7 +297,7 @@ fn read_assistant(at: &str, content: &Value) -> Result<ChatMessage, InvalidReque
 }
 
 /// `tool_choice`, and whether more than one call is allowed.
-fn tool_choice(choice: &Value) -> Result<(ToolChoice, bool), InvalidRequest> {
+fn tool_choice(choice: &Value) -> Result<(ToolChoice, bool), BadRequest> {
     let parallel = choice
         .get("disable_parallel_tool_use")
         .and_then(Value::as_bool)
@@ -334,7 +321,7 @@ fn tool_choice(choice: &Value) -> Result<(ToolChoice, bool), InvalidRequest> {
 }
 
 /// `thinking`: whether the template's thinking switch is on.
-fn thinking_enabled(thinking: &Value) -> Result<bool, InvalidRequest> {
+fn thinking_enabled(thinking: &Value) -> Result<bool, BadRequest> {
     match thinking.get("type").and_then(Value::as_str) {
         Some("enabled" | "adaptive") => Ok(true),
         Some("disabled") => Ok(false),
@@ -349,7 +336,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(body: Value) -> Result<ChatRequest, InvalidRequest> {
+    fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         serde_json::from_value::<MessagesBody>(body)
             .unwrap()
             .into_request(None, false)

@@ -9,7 +9,7 @@ mod reply;
 mod request;
 mod stream;
 
-use super::body::{parse_json, read_body};
+use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
 use crate::session::Session;
 use crate::session::responses::StoredResponse;
@@ -17,12 +17,6 @@ use actix_web::{HttpResponse, web};
 use request::{KNOWN_FIELDS, ResponsesBody, input_items};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
-
-impl From<request::InvalidRequest> for ApiError {
-    fn from(error: request::InvalidRequest) -> Self {
-        Self::bad_request(error.0)
-    }
-}
 
 /// Where a finished response is kept (when the request lets it be).
 pub struct Finished {
@@ -59,18 +53,8 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ResponsesBody, Vec<Value>), ApiError> {
     let session = state.session(&path.into_inner())?;
-    let bytes = read_body(payload, state.max_body_bytes).await?;
-    let body: ResponsesBody = parse_json(&bytes)?;
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let fields: Map<String, Value> = parse_json(&bytes)?;
-        let unknown: Vec<_> = fields
-            .keys()
-            .filter(|key| !KNOWN_FIELDS.contains(&key.as_str()))
-            .collect();
-        if !unknown.is_empty() {
-            tracing::debug!(?unknown, "responses request: fields ignored");
-        }
-    }
+    let body: ResponsesBody =
+        read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let mut items = match &body.previous_response_id {
         Some(id) => match session.responses.get(id) {
             Some(previous) => previous.items.clone(),

@@ -8,12 +8,13 @@
 
 use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
 use crate::generation::SamplingParams;
+use crate::http::error::BadRequest;
 use crate::tools::{DeclaredTools, ToolDialect};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]
@@ -83,13 +84,8 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "background",
 ];
 
-/// A request the Responses API cannot serve, said in its terms.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidRequest(pub String);
-
-fn invalid(message: impl Into<String>) -> InvalidRequest {
-    InvalidRequest(message.into())
+fn invalid(message: impl Into<String>) -> BadRequest {
+    BadRequest::new(message)
 }
 
 /// The prefix of this proxy's `encrypted_content`: its reasoning text, base64url.
@@ -106,7 +102,7 @@ fn decrypt_reasoning(content: &str) -> Option<String> {
 }
 
 /// The input as a list of items (a string is one user message).
-pub fn input_items(input: &Value) -> Result<Vec<Value>, InvalidRequest> {
+pub fn input_items(input: &Value) -> Result<Vec<Value>, BadRequest> {
     match input {
         Value::String(text) => Ok(vec![serde_json::json!({"type": "message", "role": "user",
             "content": text})]),
@@ -122,7 +118,7 @@ impl ResponsesBody {
         &self,
         items: &[Value],
         default_max_tokens: Option<u32>,
-    ) -> Result<ChatRequest, InvalidRequest> {
+    ) -> Result<ChatRequest, BadRequest> {
         if items.is_empty() {
             return Err(invalid("input: at least one item is required"));
         }
@@ -215,7 +211,7 @@ impl ResponsesBody {
     }
 }
 
-fn tool_choice(choice: &Value) -> Result<ToolChoice, InvalidRequest> {
+fn tool_choice(choice: &Value) -> Result<ToolChoice, BadRequest> {
     Ok(match choice {
         Value::String(mode) => match mode.as_str() {
             "auto" => ToolChoice::Auto,
@@ -251,7 +247,7 @@ struct ModelTurn {
 }
 
 impl Conversation {
-    fn read(&mut self, i: usize, item: &Value) -> Result<(), InvalidRequest> {
+    fn read(&mut self, i: usize, item: &Value) -> Result<(), BadRequest> {
         let at = format!("input[{i}]");
         let kind = match item.get("type").and_then(Value::as_str) {
             Some(kind) => kind,
@@ -289,7 +285,7 @@ impl Conversation {
                     Some(parts @ Value::Array(_)) => text_of(&format!("{at}.output"), parts)?,
                     _ => return Err(invalid(format!("{at}.output: must be a string or parts"))),
                 };
-                let mut result = message(Role::Tool, output);
+                let mut result = ChatMessage::text(Role::Tool, output);
                 result.extra.insert("tool_call_id".into(), id.into());
                 self.messages.push(result);
                 Ok(())
@@ -310,7 +306,7 @@ impl Conversation {
         }
     }
 
-    fn message(&mut self, at: &str, item: &Value) -> Result<(), InvalidRequest> {
+    fn message(&mut self, at: &str, item: &Value) -> Result<(), BadRequest> {
         let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
         let text = match item.get("content") {
             Some(Value::String(text)) => text.clone(),
@@ -327,7 +323,7 @@ impl Conversation {
             }
             "user" => {
                 self.end_turn();
-                self.messages.push(message(Role::User, text));
+                self.messages.push(ChatMessage::text(Role::User, text));
             }
             other => {
                 return Err(invalid(format!(
@@ -341,7 +337,7 @@ impl Conversation {
     /// Ends the model turn being read: its items become one assistant message.
     fn end_turn(&mut self) {
         let Some(turn) = self.turn.take() else { return };
-        let mut reply = message(Role::Assistant, turn.texts.join("\n"));
+        let mut reply = ChatMessage::text(Role::Assistant, turn.texts.join("\n"));
         reply.tool_calls = turn.calls;
         let reasoning: Vec<&String> = turn.reasoning.iter().filter(|r| !r.is_empty()).collect();
         if !reasoning.is_empty() {
@@ -356,24 +352,17 @@ impl Conversation {
     fn finish(mut self) -> Vec<ChatMessage> {
         self.end_turn();
         if !self.system.is_empty() {
-            self.messages
-                .insert(0, message(Role::System, std::mem::take(&mut self.system)));
+            self.messages.insert(
+                0,
+                ChatMessage::text(Role::System, std::mem::take(&mut self.system)),
+            );
         }
         self.messages
     }
 }
 
-fn message(role: Role, content: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(content),
-        tool_calls: Vec::new(),
-        extra: Map::new(),
-    }
-}
-
 /// The text of content parts (`input_text`, `output_text`, `text`), joined by newlines.
-fn text_of(at: &str, parts: &Value) -> Result<String, InvalidRequest> {
+fn text_of(at: &str, parts: &Value) -> Result<String, BadRequest> {
     let mut texts = Vec::new();
     for (j, part) in parts.as_array().into_iter().flatten().enumerate() {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("?");
@@ -423,7 +412,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(body: Value) -> Result<ChatRequest, InvalidRequest> {
+    fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         let body: ResponsesBody = serde_json::from_value(body).unwrap();
         let items = input_items(&body.input)?;
         body.to_request(&items, None)
