@@ -10,18 +10,25 @@
 //!   turn latency percentiles and the proxy's RSS.
 //! - growth: one long rollout, the proxy's CPU for each turn as its history grows (tool results
 //!   padded so turn 128 holds ~70k tokens).
+//! - streams: the workload's first turn streamed one at a time, on fresh sessions: time to the
+//!   first byte, to the first sampled tokens' event, and to the end.
 //!
-//! `cargo bench --bench load` (needs scripts/fetch-fixtures.sh). `LOAD_C`, `LOAD_R`, `LOAD_T`,
-//! `GROWTH_TURNS` (0 skips growth), `GROWTH_REPEAT` (5). `LOAD_PROXY_BIN` measures another
+//! `cargo bench --bench load` (needs scripts/fetch-fixtures.sh). `LOAD_API` (`chat`, the
+//! default; `messages`: Anthropic; `responses`: OpenAI Responses) is the API the rollouts
+//! speak. `LOAD_C`, `LOAD_R`, `LOAD_T`, `STREAM_PROBES` (200; 0 skips them), `GROWTH_TURNS`
+//! (0 skips growth), `GROWTH_REPEAT` (5). `LOAD_PROXY_BIN` measures another
 //! build of rollout-proxy; `LOAD_PROXY_CMD` another proxy altogether (a shell command with
 //! `{port}` and `{upstream}`: scripts/perf-compare.sh drives the Atropos reference this way).
 //! Under `cargo test --all-targets` it runs a small smoke version.
 
+#[path = "load/apis.rs"]
+mod apis;
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "load/workload.rs"]
 mod workload;
 
+use apis::{Api, Conversation};
 use common::fixture_model;
 use common::mock_worker::{MockWorker, Sample, Wire};
 use rollout_proxy::tokenizer::Tokenizer;
@@ -37,17 +44,6 @@ use workload::{QUESTIONS, SYSTEM, tools};
 // proxy, and every cycle they save is the proxy's to use.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// A chat request written from the rollout's messages as they are (not copied into a new
-/// JSON value every turn).
-#[derive(Serialize)]
-struct ChatBody<'a> {
-    messages: &'a [Value],
-    tools: &'a Value,
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-}
 
 /// `GET /nodes` as the checks read it: each node's array lengths and divergence; the ids are
 /// counted, not built.
@@ -196,7 +192,17 @@ fn upstream(tokenizer: &Tokenizer) -> MockWorker {
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: &impl Serialize) -> Value {
-    let response = client.post(url).json(body).send().await.unwrap();
+    post_bytes(client, url, serde_json::to_vec(body).unwrap()).await
+}
+
+async fn post_bytes(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Value {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     assert!(
         response.status().is_success(),
         "{url}: {}",
@@ -205,10 +211,12 @@ async fn post(client: &reqwest::Client, url: &str, body: &impl Serialize) -> Val
     response.json().await.unwrap()
 }
 
-/// One rollout of `turns` turns; returns the turn latencies. Panics on a node-check failure.
+/// One rollout of `turns` turns in `api`; returns the turn latencies. Panics on a node-check
+/// failure.
 async fn rollout(
     client: &reqwest::Client,
     base: &str,
+    api: Api,
     index: usize,
     turns: usize,
 ) -> Vec<Duration> {
@@ -219,27 +227,18 @@ async fn rollout(
     )
     .await;
     let uuid = session["uuid"].as_str().unwrap().to_string();
-    let chat = format!("{base}/{uuid}/v1/chat/completions");
-    let mut messages = vec![
-        json!({"role": "system", "content": SYSTEM}),
-        json!({"role": "user", "content": QUESTIONS[index % QUESTIONS.len()]}),
-    ];
+    let url = api.url(base, &uuid);
+    let mut conversation = Conversation::new(api, SYSTEM, QUESTIONS[index % QUESTIONS.len()]);
     let mut rng = workload::rollout_rng(index);
     let mut questions_asked = 1;
     let mut latencies = Vec::with_capacity(turns);
-    let tools = tools();
+    let tools = api.tools(&tools());
     for _ in 0..turns {
-        let body = ChatBody {
-            messages: &messages,
-            tools: &tools,
-            max_tokens: 256,
-            temperature: Some(1.0),
-        };
+        let body = conversation.body(&tools, Some(1.0), false);
         let start = Instant::now();
-        let reply = post(client, &chat, &body).await;
+        let reply = post_bytes(client, &url, body).await;
         latencies.push(start.elapsed());
-        let asked = answer(
-            &mut messages,
+        let asked = conversation.answer(
             &reply,
             QUESTIONS[(index + questions_asked) % QUESTIONS.len()],
             |call| workload::tool_result(call, &mut rng),
@@ -278,17 +277,19 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 fn main() {
     let benchmarking = std::env::args().any(|a| a == "--bench");
-    let (c, r, t, growth_turns, growth_repeat) = if benchmarking {
+    let (c, r, t, growth_turns, growth_repeat, probes) = if benchmarking {
         (
             env_or("LOAD_C", 32),
             env_or("LOAD_R", 200),
             env_or("LOAD_T", 6),
             env_or("GROWTH_TURNS", 128),
             env_or("GROWTH_REPEAT", 5),
+            env_or("STREAM_PROBES", 200),
         )
     } else {
-        (4, 8, 6, 8, 1)
+        (4, 8, 6, 8, 1, 4)
     };
+    let api = Api::from_env();
     let tokenizer = Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
     let worker = upstream(&tokenizer);
     let proxy = ProxyProcess::start(&worker.url);
@@ -300,7 +301,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         // Warm-up: one rollout.
-        rollout(&client, &base, 0, t).await;
+        rollout(&client, &base, api, 0, t).await;
         let idle_rss = proxy.rss_mib();
         let next = Arc::new(AtomicUsize::new(0));
         let cpu_before = proxy.cpu_ns();
@@ -314,7 +315,7 @@ fn main() {
                     if index >= r {
                         return latencies;
                     }
-                    latencies.extend(rollout(&client, &base, index, t).await);
+                    latencies.extend(rollout(&client, &base, api, index, t).await);
                 }
             })
         });
@@ -327,7 +328,10 @@ fn main() {
         let cpu = (proxy.cpu_ns() - cpu_before) as f64 / 1e6;
         latencies.sort();
         let turns = latencies.len();
-        println!("load: C={c} R={r} T={t}, zero-latency upstream, every rollout one node (checked)");
+        println!(
+            "load ({}): C={c} R={r} T={t}, zero-latency upstream, every rollout one node (checked)",
+            api.name()
+        );
         println!(
             "  {turns} turns in {wall:.2} s = {:.0} turns/s; proxy CPU {:.3} ms/turn; latency p50/p90/p99 = {:.2}/{:.2}/{:.2} ms; RSS idle {idle_rss:.1} MiB, after {:.1} MiB",
             turns as f64 / wall,
@@ -337,6 +341,8 @@ fn main() {
             percentile(&latencies, 0.99),
             proxy.rss_mib(),
         );
+
+        stream_probe(&client, &base, api, probes).await;
 
         // Growth: one session, its history growing by ~550 tokens a turn; the rollout is run
         // `growth_repeat` times and each turn's median CPU is reported (a single turn is noisy).
@@ -348,7 +354,7 @@ fn main() {
         }
         let mut runs = Vec::new();
         for _ in 0..growth_repeat {
-            rollout(&client, &base, 0, 2).await;
+            rollout(&client, &base, Api::Chat, 0, 2).await;
             runs.push(growth_rollout(&client, &base, &proxy, growth_turns).await);
         }
         let curve: Vec<(usize, u64, f64)> = (0..growth_turns)
@@ -368,6 +374,65 @@ fn main() {
     });
 }
 
+/// Streams the workload's first turn `n` times, one at a time, each on a fresh session: the
+/// time to the stream's first byte and to its first sampled tokens' event, and the whole turn.
+async fn stream_probe(client: &reqwest::Client, base: &str, api: Api, n: usize) {
+    use futures::StreamExt;
+    if n == 0 {
+        return;
+    }
+    let tools = api.tools(&tools());
+    let marker = api.first_token_marker();
+    let (mut first_byte, mut first_token, mut whole) = (Vec::new(), Vec::new(), Vec::new());
+    for index in 0..n {
+        let session = post(client, &format!("{base}/sessions/create"), &json!({})).await;
+        let uuid = session["uuid"].as_str().unwrap();
+        let body = Conversation::new(api, SYSTEM, QUESTIONS[index % QUESTIONS.len()])
+            .body(&tools, None, true);
+        let start = Instant::now();
+        let response = client
+            .post(api.url(base, uuid))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+        let mut stream = response.bytes_stream();
+        let mut received = Vec::new();
+        let mut token_at = None;
+        while let Some(chunk) = stream.next().await {
+            if received.is_empty() {
+                first_byte.push(start.elapsed());
+            }
+            received.extend_from_slice(&chunk.unwrap());
+            if token_at.is_none() && received.windows(marker.len()).any(|w| w == marker) {
+                token_at = Some(start.elapsed());
+            }
+        }
+        whole.push(start.elapsed());
+        first_token.push(token_at.expect("a sampled tokens' event"));
+        client
+            .delete(format!("{base}/{uuid}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    for list in [&mut first_byte, &mut first_token, &mut whole] {
+        list.sort();
+    }
+    println!(
+        "streams ({}): {n} first turns one at a time; first byte p50/p90 {:.2}/{:.2} ms, first tokens' event {:.2}/{:.2} ms, whole turn {:.2}/{:.2} ms",
+        api.name(),
+        percentile(&first_byte, 0.5),
+        percentile(&first_byte, 0.9),
+        percentile(&first_token, 0.5),
+        percentile(&first_token, 0.9),
+        percentile(&whole, 0.5),
+        percentile(&whole, 0.9),
+    );
+}
+
 /// One long rollout on a fresh session; the proxy's CPU for each turn.
 async fn growth_rollout(
     client: &reqwest::Client,
@@ -378,27 +443,18 @@ async fn growth_rollout(
     let pad = "river market window silver garden engine quiet morning harbor signal ".repeat(50);
     let session = post(client, &format!("{base}/sessions/create"), &json!({})).await;
     let uuid = session["uuid"].as_str().unwrap();
-    let chat = format!("{base}/{uuid}/v1/chat/completions");
-    let mut messages = vec![
-        json!({"role": "system", "content": SYSTEM}),
-        json!({"role": "user", "content": QUESTIONS[0]}),
-    ];
+    let chat = Api::Chat.url(base, uuid);
+    let mut conversation = Conversation::new(Api::Chat, SYSTEM, QUESTIONS[0]);
     let mut curve = Vec::new();
     let tools = tools();
     for turn in 1..=growth_turns {
-        let body = ChatBody {
-            messages: &messages,
-            tools: &tools,
-            max_tokens: 256,
-            temperature: None,
-        };
+        let body = conversation.body(&tools, None, false);
         let before = proxy.cpu_ns();
-        let reply = post(client, &chat, &body).await;
+        let reply = post_bytes(client, &chat, body).await;
         let cpu = (proxy.cpu_ns() - before) as f64 / 1e6;
         let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
         curve.push((turn, prompt_tokens, cpu));
-        answer(
-            &mut messages,
+        conversation.answer(
             &reply,
             &format!("{} {pad}", QUESTIONS[turn % QUESTIONS.len()]),
             |_| format!("{{\"notes\": \"{pad}\"}}"),
@@ -412,31 +468,6 @@ async fn growth_rollout(
         .await
         .unwrap();
     curve
-}
-
-/// Appends the reply's message exactly as returned, then the environment's result for each of
-/// its calls or, without calls, the next user turn (then returns `true`).
-fn answer(
-    messages: &mut Vec<Value>,
-    reply: &Value,
-    next_user: &str,
-    mut tool_result: impl FnMut(&Value) -> String,
-) -> bool {
-    let message = reply["choices"][0]["message"].clone();
-    let calls = message["tool_calls"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    messages.push(message);
-    if calls.is_empty() {
-        messages.push(json!({"role": "user", "content": next_user}));
-    }
-    for call in &calls {
-        messages.push(
-            json!({"role": "tool", "tool_call_id": call["id"], "content": tool_result(call)}),
-        );
-    }
-    calls.is_empty()
 }
 
 /// `GET /{uuid}/nodes`.

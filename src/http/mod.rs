@@ -127,6 +127,14 @@ async fn release_freed_memory(state: Arc<AppState>) {
     }
 }
 
+/// Sends each write at once: a stream's events are small writes, and with Nagle's algorithm
+/// each one after the first waited for the client's delayed ACK (about 40 ms).
+fn no_delay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
+    if let Some(socket) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        let _ = socket.set_nodelay(true);
+    }
+}
+
 /// Serves the API on an already bound listener until the server is stopped, with `workers`
 /// server threads (actix's default, one per core, when `None`).
 pub fn serve(
@@ -137,7 +145,8 @@ pub fn serve(
     actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
     let data = web::Data::from(state);
-    let mut server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes));
+    let mut server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
+        .on_connect(no_delay);
     if let Some(workers) = workers {
         server = server.workers(workers);
     }

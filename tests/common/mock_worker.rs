@@ -128,6 +128,14 @@ impl MockWorker {
                             web::get().to(|| async { HttpResponse::Ok().finish() }),
                         )
                 })
+                // As the real servers do (uvicorn sets TCP_NODELAY): each streamed token is
+                // sent at once, not held for the proxy's delayed ACK.
+                .on_connect(|connection, _| {
+                    if let Some(socket) = connection.downcast_ref::<actix_web::rt::net::TcpStream>()
+                    {
+                        let _ = socket.set_nodelay(true);
+                    }
+                })
                 .workers(1)
                 .listen(listener)
                 .unwrap()
