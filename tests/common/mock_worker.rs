@@ -320,7 +320,10 @@ fn stream_reply(shared: Arc<Mutex<Shared>>, sample: &Sample, wire: Wire) -> Http
     };
     let body = futures::stream::unfold((lines, guard), move |(mut lines, mut guard)| async move {
         let line = lines.pop_front()?;
-        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        // Not even a zero sleep: tokio's timer rounds it up to a millisecond per token.
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        }
         guard.done = lines.is_empty();
         Some((
             Ok::<_, std::convert::Infallible>(bytes::Bytes::from(line)),

@@ -53,7 +53,7 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ResponsesBody, Vec<Value>), ApiError> {
     let session = state.session(&path.into_inner())?;
-    let body: ResponsesBody =
+    let mut body: ResponsesBody =
         read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let mut items = match &body.previous_response_id {
         Some(id) => match session.responses.get(id) {
@@ -66,7 +66,7 @@ async fn parse(
         },
         None => Vec::new(),
     };
-    items.extend(input_items(&body.input)?);
+    items.extend(input_items(std::mem::take(&mut body.input))?);
     Ok((session, body, items))
 }
 

@@ -101,12 +101,13 @@ fn decrypt_reasoning(content: &str) -> Option<String> {
     String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()
 }
 
-/// The input as a list of items (a string is one user message).
-pub fn input_items(input: &Value) -> Result<Vec<Value>, BadRequest> {
+/// The input as a list of items (a string is one user message), taken out of the body: an
+/// agent resends its whole conversation every turn.
+pub fn input_items(input: Value) -> Result<Vec<Value>, BadRequest> {
     match input {
         Value::String(text) => Ok(vec![serde_json::json!({"type": "message", "role": "user",
             "content": text})]),
-        Value::Array(items) => Ok(items.clone()),
+        Value::Array(items) => Ok(items),
         Value::Null => Ok(Vec::new()),
         _ => Err(invalid("input: must be a string or a list of items")),
     }
@@ -414,7 +415,8 @@ mod tests {
 
     fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         let body: ResponsesBody = serde_json::from_value(body).unwrap();
-        let items = input_items(&body.input)?;
+        let mut body = body;
+        let items = input_items(std::mem::take(&mut body.input))?;
         body.to_request(&items, None)
     }
 
