@@ -104,7 +104,12 @@ impl ConfigFile {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| fail(e.to_string()))
+        let config: Self = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        config.pool.check().map_err(|e| fail(e.to_string()))?;
+        for server in &config.servers {
+            server.check().map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(config)
     }
 }
 

@@ -413,3 +413,34 @@ async fn caches_are_kept_per_session_and_overlong_prompts_are_refused() {
     );
     assert_eq!(proxy.nodes(&first).await, nodes, "the session is unchanged");
 }
+
+/// A prompt holding an id the model lacks fails alone: the other session's turn, batched in
+/// the same steps, still gets its sample (a bad id in the batch used to fail every sequence in
+/// it and drop their caches).
+#[tokio::test]
+async fn an_id_outside_the_vocabulary_fails_only_its_own_request() {
+    use rollout_proxy::backend::Backend;
+    use rollout_proxy::generation::{GenerateRequest, SamplingParams};
+    let model = engine::model::load(&gguf()).unwrap();
+    let engine = engine::Engine::start(model, settings()).unwrap();
+    let backend = engine::EngineBackend(engine);
+    let request = |prompt: Vec<u32>| GenerateRequest {
+        prompt,
+        params: SamplingParams {
+            max_tokens: Some(16),
+            seed: Some(1),
+            ..SamplingParams::default()
+        },
+        n: 1,
+    };
+    let good = request(vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    let bad = request(vec![1, 2, 3_000_000_000]);
+    let (good, bad) = futures::join!(backend.generate(&good), backend.generate(&bad));
+    assert_eq!(
+        good.unwrap()[0].token_ids.len(),
+        16,
+        "the good request is served"
+    );
+    let error = bad.unwrap_err().to_string();
+    assert!(error.contains("token id 3000000000"), "{error}");
+}

@@ -68,7 +68,46 @@ pub struct BackendConfig {
     pub health_check: bool,
 }
 
+/// Longest duration a setting may give, in seconds (a week): `Duration` cannot hold every
+/// float, and a longer wait is a mistake.
+const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+
+/// A setting out of range.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSetting(String);
+
+/// Checks that `value` (seconds, named `name`) is a duration a setting may give.
+fn check_seconds(name: &str, value: f64, allow_zero: bool) -> Result<(), InvalidSetting> {
+    let low_ok = if allow_zero {
+        value >= 0.0
+    } else {
+        value > 0.0
+    };
+    if value.is_finite() && low_ok && value <= MAX_SECONDS {
+        return Ok(());
+    }
+    let low = if allow_zero { "0" } else { "above 0" };
+    Err(InvalidSetting(format!(
+        "'{name}' must be {low} and at most {MAX_SECONDS} seconds, not {value}"
+    )))
+}
+
 impl BackendConfig {
+    /// Checks the entry's values (a timeout `Duration` can hold, at least one slot).
+    pub fn check(&self) -> Result<(), InvalidSetting> {
+        if self.base_url.trim().is_empty() {
+            return Err(InvalidSetting("'base_url' must not be empty".into()));
+        }
+        if self.num_max_requests_at_once == 0 {
+            return Err(InvalidSetting(format!(
+                "{}: 'num_max_requests_at_once' must be at least 1",
+                self.base_url
+            )));
+        }
+        check_seconds("timeout", self.timeout, false)
+    }
+
     /// A server with every setting at its default.
     pub fn new(base_url: &str, server_type: BackendKind) -> Self {
         Self {
@@ -106,6 +145,16 @@ pub struct PoolSettings {
     pub queue_timeout: f64,
     /// Largest `n` sent in one backend call; larger requests are split.
     pub max_n_completions: u32,
+}
+
+impl PoolSettings {
+    /// Checks every duration is one a `Duration` can hold.
+    pub fn check(&self) -> Result<(), InvalidSetting> {
+        check_seconds("health_check_interval", self.health_check_interval, false)?;
+        check_seconds("retry_backoff", self.retry_backoff, true)?;
+        check_seconds("breaker_cooldown", self.breaker_cooldown, true)?;
+        check_seconds("queue_timeout", self.queue_timeout, true)
+    }
 }
 
 impl Default for PoolSettings {

@@ -265,7 +265,10 @@ impl Backend for LlamaCppBackend {
                     n: slots.min(request.n - start),
                     ..request.clone()
                 };
-                batch.params.seed = request.params.seed.map(|s| s + i64::from(start));
+                batch.params.seed = request
+                    .params
+                    .seed
+                    .map(|s| s.wrapping_add(i64::from(start)));
                 batch
             });
             let batches: Vec<GenerateRequest> = batches.collect();
@@ -284,7 +287,7 @@ impl Backend for LlamaCppBackend {
                 ..request.clone()
             };
             // Distinct seeds, or every parallel sample would be the same.
-            single.params.seed = request.params.seed.map(|s| s + i64::from(i));
+            single.params.seed = request.params.seed.map(|s| s.wrapping_add(i64::from(i)));
             if single.params.stop.is_empty() {
                 self.complete(&single).await
             } else {

@@ -14,7 +14,7 @@ pub mod pool;
 mod sglang;
 mod vllm;
 
-pub use config::{BackendConfig, BackendKind, PoolSettings};
+pub use config::{BackendConfig, BackendKind, InvalidSetting, PoolSettings};
 pub use error::BackendError;
 pub use llamacpp::LlamaCppBackend;
 pub use openai::OpenAiTextBackend;

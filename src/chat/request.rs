@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 /// Most samples one request may ask for.
 pub const MAX_N: u32 = 128;
+/// Highest temperature accepted (OpenAI's is 2; samplers take more, up to a point).
+pub const MAX_TEMPERATURE: f64 = 100.0;
 /// Most alternatives per position (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
@@ -188,9 +190,11 @@ impl ChatRequest {
             )));
         }
         if let Some(t) = body.temperature
-            && !(0.0..=100.0).contains(&t)
+            && !(0.0..=MAX_TEMPERATURE).contains(&t)
         {
-            return Err(RequestError::Invalid("'temperature' must be >= 0".into()));
+            return Err(RequestError::Invalid(format!(
+                "'temperature' must be between 0 and {MAX_TEMPERATURE}, not {t}"
+            )));
         }
         if let Some(p) = body.top_p
             && !(0.0..=1.0).contains(&p)

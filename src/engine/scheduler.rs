@@ -193,12 +193,22 @@ impl Scheduler<'_> {
                 self.counters.evictions.fetch_add(1, Ordering::Relaxed);
             }
             let job = self.waiting.pop_front().expect("a job is waiting");
-            if job.prompt.is_empty() || job.prompt.len() >= self.settings.context as usize {
-                let reason = format!(
+            let vocab = u32::try_from(self.model.n_vocab()).unwrap_or(0);
+            let refusal = if job.prompt.is_empty()
+                || job.prompt.len() >= self.settings.context as usize
+            {
+                Some(format!(
                     "the prompt has {} tokens; a session in the engine holds {} (--engine-context)",
                     job.prompt.len(),
                     self.settings.context
-                );
+                ))
+            } else {
+                // An id the model lacks would fail the whole batch, every session's turn in it.
+                job.prompt.iter().find(|&&id| id >= vocab).map(|id| {
+                    format!("the prompt holds token id {id}; the model's ids are below {vocab}")
+                })
+            };
+            if let Some(reason) = refusal {
                 let _ = job.events.send(Err(BackendError::Status {
                     url: super::ENGINE_URL.into(),
                     status: 400,

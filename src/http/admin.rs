@@ -7,14 +7,21 @@ use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
 
+/// `GET /health`: `ok` (200) while a backend is healthy, else `degraded` with a 503, the
+/// status load balancers read to stop routing here.
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     let members = state.pipeline.backends.members();
-    HttpResponse::Ok().json(json!({
-        "status": "ok",
+    let healthy = members.iter().filter(|m| m.is_healthy()).count();
+    let (status, mut reply) = match healthy {
+        0 => ("degraded", HttpResponse::ServiceUnavailable()),
+        _ => ("ok", HttpResponse::Ok()),
+    };
+    reply.json(json!({
+        "status": status,
         "model": state.model_name,
         "sessions": state.sessions.len(),
         "servers": members.len(),
-        "healthy_servers": members.iter().filter(|m| m.is_healthy()).count(),
+        "healthy_servers": healthy,
     }))
 }
 
@@ -90,6 +97,11 @@ pub async fn setup(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body: SetupBody = read_json(payload, state.max_body_bytes).await?;
+    for server in &body.servers {
+        server
+            .check()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
     let count = body.servers.len();
     state.pipeline.backends.replace(body.servers);
     tracing::info!(servers = count, "backend list replaced");

@@ -125,9 +125,9 @@ impl From<TurnError> for ApiError {
             TurnError::Template(e) => e.into(),
             TurnError::Tokenizer(e) => e.into(),
             TurnError::Backend(e) => e.into(),
-            TurnError::EmptyPrompt | TurnError::PromptTooLong { .. } => {
-                Self::bad_request(error.to_string())
-            }
+            TurnError::EmptyPrompt
+            | TurnError::PromptTooLong { .. }
+            | TurnError::UnknownToken { .. } => Self::bad_request(error.to_string()),
         }
     }
 }
@@ -151,6 +151,15 @@ impl From<BackendError> for ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable_error",
                 message,
+            ),
+            // The backend refused the proxy itself (its key is wrong or missing): the
+            // operator's to fix, not the client's.
+            BackendError::Status {
+                status: 401 | 403, ..
+            } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!("the backend refused the proxy's credentials: {message}"),
             ),
             // The backend rejected the request itself (e.g. the prompt exceeds its context).
             BackendError::Status { status, .. }

@@ -59,13 +59,13 @@ enum Vocab {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (kind, size) = match &self.vocab {
-            Vocab::HuggingFace(inner) => ("tokenizer.json", inner.get_vocab_size(true)),
-            Vocab::Gguf(vocab) => ("gguf", vocab.vocab_size()),
+        let kind = match &self.vocab {
+            Vocab::HuggingFace(_) => "tokenizer.json",
+            Vocab::Gguf(_) => "gguf",
         };
         f.debug_struct("Tokenizer")
             .field("kind", &kind)
-            .field("vocab_size", &size)
+            .field("vocab_size", &self.vocab_size())
             .finish()
     }
 }
@@ -153,6 +153,14 @@ impl Tokenizer {
                 .map(|encoding| encoding.get_ids().to_vec())
                 .map_err(error),
             (Vocab::Gguf(vocab), _) => Ok(vocab.encode(text)),
+        }
+    }
+
+    /// Number of token ids, added tokens included: every valid id is below it.
+    pub fn vocab_size(&self) -> usize {
+        match &self.vocab {
+            Vocab::HuggingFace(inner) => inner.get_vocab_size(true),
+            Vocab::Gguf(vocab) => vocab.vocab_size(),
         }
     }
 

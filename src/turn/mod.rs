@@ -60,6 +60,14 @@ pub enum TurnError {
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
+    /// A prompt sent as ids holds one the model does not have.
+    #[error("'prompt' holds token id {id}, outside the vocabulary (ids are below {vocab_size})")]
+    UnknownToken {
+        /// The id.
+        id: u32,
+        /// The vocabulary's size.
+        vocab_size: usize,
+    },
     /// The prompt leaves no room in the model's context.
     #[error(
         "the prompt ({prompt} tokens) fills the model's context ({context} tokens); a longer \

@@ -152,7 +152,7 @@ impl Pipeline {
         let requests: Vec<_> = (0..request.n)
             .map(|i| {
                 let mut params = params.clone();
-                params.seed = params.seed.map(|seed| seed + i64::from(i));
+                params.seed = params.seed.map(|seed| seed.wrapping_add(i64::from(i)));
                 crate::generation::GenerateRequest {
                     prompt: plan.prompt_ids.clone(),
                     params,

@@ -25,6 +25,16 @@ pub fn prepare_text(
     prompt: &TextPrompt,
 ) -> Result<Plan, TurnError> {
     let tokenizer = &ctx.tokenizer;
+    if let TextPrompt::Ids(ids) = prompt
+        && let Some(&id) = ids
+            .iter()
+            .find(|&&id| id as usize >= tokenizer.vocab_size())
+    {
+        return Err(TurnError::UnknownToken {
+            id,
+            vocab_size: tokenizer.vocab_size(),
+        });
+    }
     let mut best: Option<(usize, Vec<u32>)> = None;
     for (index, node) in session.nodes.iter().enumerate() {
         if best

@@ -75,6 +75,9 @@ pub enum Reply {
     SleepMs(u64),
     /// Samples returned after a delay.
     Delayed(u64, Vec<Sample>),
+    /// A streamed sample whose stream ends after this many tokens, unfinished (the connection
+    /// is closed as by a server that died).
+    CutStream(usize, Sample),
 }
 
 #[derive(Default)]
@@ -225,11 +228,16 @@ async fn handle(
             }
         }
     };
-    if body["stream"] == true
-        && let Some(Reply::Samples(samples)) = &reply
-    {
-        shared.lock().unwrap().in_flight -= 1;
-        return stream_reply(shared.clone(), &samples[0], *wire);
+    if body["stream"] == true {
+        let streamed = match &reply {
+            Some(Reply::Samples(samples)) => Some((&samples[0], None)),
+            Some(Reply::CutStream(after, sample)) => Some((sample, Some(*after))),
+            _ => None,
+        };
+        if let Some((sample, cut)) = streamed {
+            shared.lock().unwrap().in_flight -= 1;
+            return stream_reply(shared.clone(), sample, *wire, cut);
+        }
     }
     let response = respond(reply, &body, *wire).await;
     shared.lock().unwrap().in_flight -= 1;
@@ -256,6 +264,7 @@ async fn respond(reply: Option<Reply>, body: &Value, wire: Wire) -> HttpResponse
             samples_reply(body, &samples, wire)
         }
         Some(Reply::Samples(samples)) => samples_reply(body, &samples, wire),
+        Some(Reply::CutStream(_, sample)) => samples_reply(body, &[sample], wire),
     }
 }
 
@@ -307,13 +316,22 @@ impl Drop for StreamGuard {
     }
 }
 
-fn stream_reply(shared: Arc<Mutex<Shared>>, sample: &Sample, wire: Wire) -> HttpResponse {
+/// The sample's stream; with `cut`, only its first `cut` tokens, then the stream ends.
+fn stream_reply(
+    shared: Arc<Mutex<Shared>>,
+    sample: &Sample,
+    wire: Wire,
+    cut: Option<usize>,
+) -> HttpResponse {
     let delay = shared.lock().unwrap().token_delay_ms;
     let mut lines: VecDeque<String> = stream_chunks(sample, wire)
         .iter()
         .map(|c| format!("data: {c}\n\n"))
         .collect();
-    lines.push_back("data: [DONE]\n\n".to_string());
+    match cut {
+        Some(after) => lines.truncate(after),
+        None => lines.push_back("data: [DONE]\n\n".to_string()),
+    }
     let guard = StreamGuard {
         shared,
         done: false,

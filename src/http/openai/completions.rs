@@ -2,7 +2,7 @@
 //! extends the node whose ids or text it starts with).
 
 use super::envelope;
-use crate::chat::request::{MAX_N, StopField};
+use crate::chat::request::{MAX_N, MAX_TOP_LOGPROBS, StopField};
 use crate::generation::SamplingParams;
 use crate::http::body::read_json;
 use crate::http::{ApiError, AppState};
@@ -98,6 +98,11 @@ pub async fn completions(
     if n == 0 || n > MAX_N {
         return Err(ApiError::bad_request(format!(
             "'n' must be between 1 and {MAX_N}"
+        )));
+    }
+    if body.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+        return Err(ApiError::bad_request(format!(
+            "'logprobs' must be at most {MAX_TOP_LOGPROBS}"
         )));
     }
     let params = SamplingParams {
