@@ -67,6 +67,10 @@ pub struct Settings {
     /// lowered to what a prompt leaves of it, and a prompt that fills it is refused. The
     /// in-process engine's context is used when it serves the model.
     pub context_length: Option<u32>,
+    /// Every route but `GET /health` needs this key.
+    pub api_key: Option<String>,
+    /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) need this key.
+    pub admin_key: Option<String>,
 }
 
 /// Start-up failures.
@@ -201,6 +205,7 @@ impl Settings {
                     .map(|n| n as usize),
             },
             sessions: SessionStore::default(),
+            keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
             default_max_tokens: self
                 .default_max_tokens
                 .or(self.config.default_max_tokens)

@@ -74,6 +74,13 @@ struct ServeArgs {
     /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
     #[arg(long, default_value_t = 4096)]
     engine_context: u32,
+    /// Every route but `GET /health` then needs `Authorization: Bearer KEY` (or `x-api-key`).
+    #[arg(long, env = "ROLLOUT_PROXY_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) then need this
+    /// key instead.
+    #[arg(long, env = "ROLLOUT_PROXY_ADMIN_KEY", hide_env_values = true)]
+    admin_key: Option<String>,
     /// The model's context window in tokens, for backends the proxy cannot ask: `max_tokens`
     /// is lowered to what a prompt leaves of it (clients such as Claude Code ask for 128000).
     #[arg(long)]
@@ -117,6 +124,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..defaults
         },
         context_length: args.context_length,
+        api_key: args.api_key,
+        admin_key: args.admin_key,
     };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {

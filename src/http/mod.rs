@@ -6,6 +6,7 @@
 
 mod admin;
 mod anthropic;
+pub mod auth;
 mod body;
 pub mod error;
 mod openai;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The keys callers must present (none: every route is open).
+    pub keys: auth::Keys,
     /// Set when sessions are used or deleted, so memory they freed is given back to the OS.
     pub freed: crate::memory::FreedMemory,
 }
@@ -144,9 +147,16 @@ pub fn serve(
 ) -> std::io::Result<actix_web::dev::Server> {
     actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
+    let keys = web::Data::new(state.keys.clone());
     let data = web::Data::from(state);
-    let mut server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
-        .on_connect(no_delay);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .app_data(keys.clone())
+            .wrap(actix_web::middleware::from_fn(auth::check))
+            .configure(routes)
+    })
+    .on_connect(no_delay);
     if let Some(workers) = workers {
         server = server.workers(workers);
     }
