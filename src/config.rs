@@ -67,6 +67,10 @@ pub struct Settings {
     /// lowered to what a prompt leaves of it, and a prompt that fills it is refused. The
     /// in-process engine's context is used when it serves the model.
     pub context_length: Option<u32>,
+    /// Bounds on the sessions held.
+    pub session_limits: crate::session::SessionLimits,
+    /// Most tokens a session's node may hold.
+    pub max_session_tokens: Option<u32>,
     /// Every route but `GET /health` needs this key.
     pub api_key: Option<String>,
     /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) need this key.
@@ -203,8 +207,9 @@ impl Settings {
                     .or(self.config.context_length)
                     .or(engine_context)
                     .map(|n| n as usize),
+                max_session_tokens: self.max_session_tokens.map(|n| n as usize),
             },
-            sessions: SessionStore::default(),
+            sessions: SessionStore::new(self.session_limits),
             keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
             default_max_tokens: self
                 .default_max_tokens

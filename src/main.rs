@@ -74,6 +74,16 @@ struct ServeArgs {
     /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
     #[arg(long, default_value_t = 4096)]
     engine_context: u32,
+    /// Expire a session idle this many seconds (its routes then answer 404 saying so).
+    #[arg(long)]
+    session_ttl: Option<f64>,
+    /// Most live sessions; creating one more is a 429.
+    #[arg(long)]
+    max_sessions: Option<usize>,
+    /// Most tokens one session's node may hold: `max_tokens` is lowered to fit, and a turn
+    /// whose prompt alone reaches it is a 400.
+    #[arg(long)]
+    max_session_tokens: Option<u32>,
     /// Every route but `GET /health` then needs `Authorization: Bearer KEY` (or `x-api-key`).
     #[arg(long, env = "ROLLOUT_PROXY_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -124,6 +134,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..defaults
         },
         context_length: args.context_length,
+        session_limits: rollout_proxy::session::SessionLimits {
+            max_sessions: args.max_sessions,
+            ttl: match args.session_ttl {
+                Some(secs) if secs.is_finite() && secs > 0.0 && secs < 1e9 => {
+                    Some(std::time::Duration::from_secs_f64(secs))
+                }
+                Some(secs) => {
+                    return Err(format!("--session-ttl {secs}: give seconds above 0").into());
+                }
+                None => None,
+            },
+        },
+        max_session_tokens: args.max_session_tokens,
         api_key: args.api_key,
         admin_key: args.admin_key,
     };

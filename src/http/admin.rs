@@ -69,7 +69,7 @@ pub async fn session_model(
 fn known_session(state: &AppState, id: &str) -> Result<(), ApiError> {
     match state.sessions.get(id) {
         Some(_) => Ok(()),
-        None => Err(ApiError::no_session(id)),
+        None => Err(state.missing(id)),
     }
 }
 

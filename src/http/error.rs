@@ -127,7 +127,8 @@ impl From<TurnError> for ApiError {
             TurnError::Backend(e) => e.into(),
             TurnError::EmptyPrompt
             | TurnError::PromptTooLong { .. }
-            | TurnError::UnknownToken { .. } => Self::bad_request(error.to_string()),
+            | TurnError::UnknownToken { .. }
+            | TurnError::SessionFull { .. } => Self::bad_request(error.to_string()),
         }
     }
 }

@@ -42,12 +42,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The session `id` (marked as used now), or a 404.
+    /// The session `id` (marked as used now), or a 404 (saying so when it expired).
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
-        let session = self
-            .sessions
-            .get(id)
-            .ok_or_else(|| ApiError::no_session(id))?;
+        let session = self.sessions.get(id).ok_or_else(|| self.missing(id))?;
         session.touch();
         // The turn's buffers are freed when it ends; the next release returns what they leave.
         self.freed.note();
@@ -119,6 +116,39 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }));
 }
 
+impl AppState {
+    /// The 404 for a session that is not here: expired (with the limit), or unknown.
+    pub fn missing(&self, id: &str) -> ApiError {
+        match (self.sessions.was_expired(id), self.sessions.limits().ttl) {
+            (true, Some(ttl)) => ApiError::not_found(format!(
+                "session {id} expired after {} s idle (--session-ttl)",
+                ttl.as_secs_f64()
+            )),
+            _ => ApiError::no_session(id),
+        }
+    }
+}
+
+/// Expires idle sessions (with `--session-ttl`), checking a few times per time to live.
+async fn expire_idle_sessions(state: Arc<AppState>) {
+    let Some(ttl) = state.sessions.limits().ttl else {
+        return;
+    };
+    let period = (ttl / 4).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(10),
+    );
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let expired = state.sessions.expire_idle();
+        if expired > 0 {
+            state.freed.note();
+            tracing::info!(expired, "idle sessions expired");
+        }
+    }
+}
+
 /// Once a second, gives freed memory back to the OS if sessions were used or deleted since.
 async fn release_freed_memory(state: Arc<AppState>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -147,6 +177,7 @@ pub fn serve(
 ) -> std::io::Result<actix_web::dev::Server> {
     actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
+    actix_web::rt::spawn(expire_idle_sessions(state.clone()));
     let keys = web::Data::new(state.keys.clone());
     let data = web::Data::from(state);
     let mut server = HttpServer::new(move || {

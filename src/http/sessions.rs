@@ -5,6 +5,7 @@ use super::{ApiError, AppState};
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
 use crate::tools::ToolFormat;
+use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -41,13 +42,22 @@ pub async fn create(
             "base_url {url} is not a configured backend"
         )));
     }
-    let session = state.sessions.create(SessionOptions {
-        tool_parser,
-        track_tree: body.track_tree,
-        base_url: body.base_url,
-        history: body.history,
-        reasoning: body.reasoning,
-    });
+    let session = state
+        .sessions
+        .create(SessionOptions {
+            tool_parser,
+            track_tree: body.track_tree,
+            base_url: body.base_url,
+            history: body.history,
+            reasoning: body.reasoning,
+        })
+        .map_err(|full| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                full.to_string(),
+            )
+        })?;
     tracing::debug!(session = %session.id, "session created");
     Ok(HttpResponse::Ok().json(json!({
         "uuid": session.id,
@@ -86,7 +96,7 @@ pub async fn delete(
     let session = state
         .sessions
         .remove(&id)
-        .ok_or_else(|| ApiError::no_session(&id))?;
+        .ok_or_else(|| state.missing(&id))?;
     state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
 }

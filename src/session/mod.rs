@@ -135,18 +135,99 @@ pub fn now_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Bounds on the sessions a store holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SessionLimits {
+    /// Most live sessions; creating one more is refused.
+    pub max_sessions: Option<usize>,
+    /// A session idle this long is expired.
+    pub ttl: Option<std::time::Duration>,
+}
+
+/// Ids of expired sessions remembered, so their routes can say why they are gone.
+const EXPIRED_KEPT: usize = 65_536;
+
+/// Why a session cannot be created.
+#[derive(Debug, thiserror::Error)]
+#[error("the proxy holds its limit of {max} sessions (--max-sessions); delete finished ones")]
+pub struct StoreFull {
+    /// The limit.
+    pub max: usize,
+}
+
 /// All live sessions.
 #[derive(Debug, Default)]
 pub struct SessionStore {
     sessions: DashMap<Uuid, Arc<Session>>,
+    limits: SessionLimits,
+    /// Live sessions, counted exactly (the limit holds under concurrent creates).
+    live: AtomicUsize,
+    /// Sessions expired lately, oldest first.
+    expired: std::sync::Mutex<std::collections::VecDeque<Uuid>>,
 }
 
 impl SessionStore {
-    /// A new session with `options`.
-    pub fn create(&self, options: SessionOptions) -> Arc<Session> {
+    /// An empty store with these limits.
+    pub fn new(limits: SessionLimits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// Its limits.
+    pub fn limits(&self) -> SessionLimits {
+        self.limits
+    }
+
+    /// A new session with `options`, unless the store is full.
+    pub fn create(&self, options: SessionOptions) -> Result<Arc<Session>, StoreFull> {
+        let max = self.limits.max_sessions.unwrap_or(usize::MAX);
+        self.live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
+                (live < max).then_some(live + 1)
+            })
+            .map_err(|_| StoreFull { max })?;
         let session = Arc::new(Session::new(options));
         self.sessions.insert(session.id, session.clone());
-        session
+        Ok(session)
+    }
+
+    /// Removes every session idle for longer than the store's time to live whose turn is not
+    /// under way; returns how many.
+    pub fn expire_idle(&self) -> usize {
+        let Some(ttl) = self.limits.ttl else {
+            return 0;
+        };
+        let before = now_seconds() - ttl.as_secs_f64();
+        let idle: Vec<Uuid> = self
+            .sessions
+            .iter()
+            .filter(|s| s.last_accessed() < before && s.state.try_lock().is_ok())
+            .map(|s| s.id)
+            .collect();
+        let mut expired = 0;
+        for id in idle {
+            if self.sessions.remove(&id).is_some() {
+                self.live.fetch_sub(1, Ordering::AcqRel);
+                let mut remembered = self.expired.lock().unwrap_or_else(|e| e.into_inner());
+                if remembered.len() == EXPIRED_KEPT {
+                    remembered.pop_front();
+                }
+                remembered.push_back(id);
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// Whether the session `id` was expired for idling (lately: the last 65,536 are known).
+    pub fn was_expired(&self, id: &str) -> bool {
+        let Ok(id) = Uuid::parse_str(id) else {
+            return false;
+        };
+        let remembered = self.expired.lock().unwrap_or_else(|e| e.into_inner());
+        remembered.iter().rev().any(|known| *known == id)
     }
 
     /// The session with this id; `None` for unknown or malformed ids.
@@ -158,7 +239,9 @@ impl SessionStore {
     /// Removes the session `id`, if there is one.
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
         let id = Uuid::parse_str(id).ok()?;
-        self.sessions.remove(&id).map(|(_, s)| s)
+        let (_, session) = self.sessions.remove(&id)?;
+        self.live.fetch_sub(1, Ordering::AcqRel);
+        Some(session)
     }
 
     /// How many sessions are live.

@@ -68,6 +68,17 @@ pub enum TurnError {
         /// The vocabulary's size.
         vocab_size: usize,
     },
+    /// The prompt leaves no room under the session's token limit.
+    #[error(
+        "the session's node would grow past its limit of {limit} tokens (--max-session-tokens): \
+         the prompt alone holds {prompt}"
+    )]
+    SessionFull {
+        /// Prompt tokens.
+        prompt: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The prompt leaves no room in the model's context.
     #[error(
         "the prompt ({prompt} tokens) fills the model's context ({context} tokens); a longer \

@@ -22,6 +22,9 @@ pub struct Pipeline {
     /// The model's context window (prompt and sample), when known: `max_tokens` is lowered to
     /// what a prompt leaves of it.
     pub context_length: Option<usize>,
+    /// Most tokens a session's node may hold (`--max-session-tokens`): like the context, it
+    /// lowers `max_tokens`, and a prompt that reaches it is refused.
+    pub max_session_tokens: Option<usize>,
 }
 
 /// The prompt a turn would send now, for `/render`.
@@ -261,24 +264,36 @@ impl Pipeline {
     }
 
     /// `params` with `max_tokens` lowered to what a prompt of `prompt_len` tokens leaves of the
-    /// context; an error when the prompt fills it.
+    /// context and of the session's token limit; an error when the prompt fills either.
     pub(super) fn fit(
         &self,
         mut params: SamplingParams,
         prompt_len: usize,
     ) -> Result<SamplingParams, TurnError> {
-        let Some(context) = self.context_length else {
-            return Ok(params);
-        };
-        let left = context.saturating_sub(prompt_len);
-        if left == 0 {
+        if let Some(limit) = self.max_session_tokens
+            && prompt_len >= limit
+        {
+            return Err(TurnError::SessionFull {
+                prompt: prompt_len,
+                limit,
+            });
+        }
+        if let Some(context) = self.context_length
+            && prompt_len >= context
+        {
             return Err(TurnError::PromptTooLong {
                 prompt: prompt_len,
                 context,
             });
         }
-        let left = u32::try_from(left).unwrap_or(u32::MAX);
-        params.max_tokens = Some(params.max_tokens.map_or(left, |max| max.min(left)));
+        let room = [self.context_length, self.max_session_tokens]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(room) = room {
+            let left = u32::try_from(room - prompt_len).unwrap_or(u32::MAX);
+            params.max_tokens = Some(params.max_tokens.map_or(left, |max| max.min(left)));
+        }
         Ok(params)
     }
 
