@@ -67,6 +67,8 @@ pub struct Settings {
     /// lowered to what a prompt leaves of it, and a prompt that fills it is refused. The
     /// in-process engine's context is used when it serves the model.
     pub context_length: Option<u32>,
+    /// Where sessions are journaled (`--data-dir`): they survive a crash or restart.
+    pub data_dir: Option<PathBuf>,
     /// Bounds on the sessions held.
     pub session_limits: crate::session::SessionLimits,
     /// Most tokens a session's node may hold.
@@ -102,6 +104,9 @@ pub enum ConfigError {
     /// The in-process engine cannot start.
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
+    /// The journal cannot be opened or replayed.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
 }
 
 impl ConfigFile {
@@ -190,6 +195,21 @@ impl Settings {
             "configuration loaded"
         );
         let engine_context = embedded.is_some().then_some(self.engine.context);
+        let sessions = SessionStore::new(self.session_limits);
+        let journal = match &self.data_dir {
+            Some(dir) => {
+                let started = std::time::Instant::now();
+                let (journal, replayed) = crate::journal::Journal::open(dir, &sessions)?;
+                tracing::info!(
+                    sessions = replayed.sessions,
+                    turns = replayed.turns,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "journal replayed"
+                );
+                Some(Arc::new(journal))
+            }
+            None => None,
+        };
         let engine = embedded.map(|e| e.engine);
         let factory = default_factory(&model_name, tokenizer.clone(), engine);
         Ok(AppState {
@@ -208,8 +228,10 @@ impl Settings {
                     .or(engine_context)
                     .map(|n| n as usize),
                 max_session_tokens: self.max_session_tokens.map(|n| n as usize),
+                log: journal.clone().map(|j| j as Arc<dyn crate::turn::TurnLog>),
             },
-            sessions: SessionStore::new(self.session_limits),
+            sessions,
+            journal: journal.clone(),
             keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
             default_max_tokens: self
                 .default_max_tokens

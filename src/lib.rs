@@ -33,6 +33,7 @@ pub mod config;
 pub mod engine;
 pub mod generation;
 pub mod http;
+pub mod journal;
 pub mod json_numbers;
 pub mod memory;
 pub mod reasoning;

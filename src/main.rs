@@ -74,6 +74,10 @@ struct ServeArgs {
     /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
     #[arg(long, default_value_t = 4096)]
     engine_context: u32,
+    /// Journal sessions here: a restart (after a crash, a kill -9) serves them as they were.
+    /// Without it, sessions live in memory only.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Expire a session idle this many seconds (its routes then answer 404 saying so).
     #[arg(long)]
     session_ttl: Option<f64>,
@@ -134,6 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..defaults
         },
         context_length: args.context_length,
+        data_dir: args.data_dir.clone(),
         session_limits: rollout_proxy::session::SessionLimits {
             max_sessions: args.max_sessions,
             ttl: match args.session_ttl {

@@ -125,6 +125,11 @@ impl From<TurnError> for ApiError {
             TurnError::Template(e) => e.into(),
             TurnError::Tokenizer(e) => e.into(),
             TurnError::Backend(e) => e.into(),
+            TurnError::Journal(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                error.to_string(),
+            ),
             TurnError::EmptyPrompt
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }

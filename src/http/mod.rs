@@ -35,6 +35,8 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The journal sessions are written to (`--data-dir`).
+    pub journal: Option<Arc<crate::journal::Journal>>,
     /// The keys callers must present (none: every route is open).
     pub keys: auth::Keys,
     /// Set when sessions are used or deleted, so memory they freed is given back to the OS.
@@ -117,6 +119,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 impl AppState {
+    /// Journals `entry` when sessions are journaled; a 503 when it cannot be written.
+    pub fn journal(&self, entry: &crate::journal::Entry) -> Result<(), ApiError> {
+        match &self.journal {
+            Some(journal) => journal.append(entry).map_err(|error| {
+                tracing::error!(%error, "journal write failed");
+                ApiError::new(
+                    actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable_error",
+                    format!("the session change could not be journaled: {error}"),
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The 404 for a session that is not here: expired (with the limit), or unknown.
     pub fn missing(&self, id: &str) -> ApiError {
         match (self.sessions.was_expired(id), self.sessions.limits().ttl) {
@@ -142,20 +159,32 @@ async fn expire_idle_sessions(state: Arc<AppState>) {
     loop {
         tick.tick().await;
         let expired = state.sessions.expire_idle();
-        if expired > 0 {
+        for &id in &expired {
+            // Logged inside; the session is gone from memory either way.
+            let _ = state.journal(&crate::journal::Entry::Deleted { id });
+        }
+        if !expired.is_empty() {
             state.freed.note();
-            tracing::info!(expired, "idle sessions expired");
+            tracing::info!(expired = expired.len(), "idle sessions expired");
         }
     }
 }
 
-/// Once a second, gives freed memory back to the OS if sessions were used or deleted since.
+/// Once a second, gives freed memory back to the OS if sessions were used or deleted since,
+/// and compacts the journal when deletions have left it mostly garbage.
 async fn release_freed_memory(state: Arc<AppState>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
         if state.freed.take() {
             let _ = tokio::task::spawn_blocking(crate::memory::release_freed).await;
+            if let Some(journal) = state.journal.clone() {
+                let compacted =
+                    tokio::task::spawn_blocking(move || journal.compact_if_worthwhile());
+                if let Ok(Err(error)) = compacted.await {
+                    tracing::error!(%error, "journal compaction failed");
+                }
+            }
         }
     }
 }

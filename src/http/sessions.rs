@@ -2,6 +2,7 @@
 
 use super::body::read_json;
 use super::{ApiError, AppState};
+use crate::journal::Entry;
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
 use crate::tools::ToolFormat;
@@ -58,6 +59,15 @@ pub async fn create(
                 full.to_string(),
             )
         })?;
+    let created = Entry::Created {
+        id: session.id,
+        options: session.options.clone(),
+        created_at: session.created_at,
+    };
+    if let Err(error) = state.journal(&created) {
+        state.sessions.remove(&session.id.to_string());
+        return Err(error);
+    }
     tracing::debug!(session = %session.id, "session created");
     Ok(HttpResponse::Ok().json(json!({
         "uuid": session.id,
@@ -93,10 +103,9 @@ pub async fn delete(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    let session = state
-        .sessions
-        .remove(&id)
-        .ok_or_else(|| state.missing(&id))?;
+    let session = state.sessions.get(&id).ok_or_else(|| state.missing(&id))?;
+    state.journal(&Entry::Deleted { id: session.id })?;
+    state.sessions.remove(&id);
     state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
 }

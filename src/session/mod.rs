@@ -61,6 +61,15 @@ pub struct SessionState {
     pub issued_calls: usize,
 }
 
+impl SessionState {
+    /// Sets the nudge label of `node`'s last turn (how a nudge retry went).
+    pub fn relabel(&mut self, node: usize, label: &'static str) {
+        if let Some(turn) = self.nodes.get_mut(node).and_then(|n| n.turns.last_mut()) {
+            turn.nudge = Some(label);
+        }
+    }
+}
+
 /// One rollout's session.
 #[derive(Debug)]
 pub struct Session {
@@ -193,11 +202,23 @@ impl SessionStore {
         Ok(session)
     }
 
+    /// Puts back a session the journal holds, under its own id and creation time.
+    pub fn restore(&self, id: Uuid, options: SessionOptions, created_at: f64) -> Arc<Session> {
+        let mut session = Session::new(options);
+        session.id = id;
+        session.created_at = created_at;
+        let session = Arc::new(session);
+        if self.sessions.insert(id, session.clone()).is_none() {
+            self.live.fetch_add(1, Ordering::AcqRel);
+        }
+        session
+    }
+
     /// Removes every session idle for longer than the store's time to live whose turn is not
-    /// under way; returns how many.
-    pub fn expire_idle(&self) -> usize {
+    /// under way; returns their ids.
+    pub fn expire_idle(&self) -> Vec<Uuid> {
         let Some(ttl) = self.limits.ttl else {
-            return 0;
+            return Vec::new();
         };
         let before = now_seconds() - ttl.as_secs_f64();
         let idle: Vec<Uuid> = self
@@ -206,7 +227,7 @@ impl SessionStore {
             .filter(|s| s.last_accessed() < before && s.state.try_lock().is_ok())
             .map(|s| s.id)
             .collect();
-        let mut expired = 0;
+        let mut expired = Vec::new();
         for id in idle {
             if self.sessions.remove(&id).is_some() {
                 self.live.fetch_sub(1, Ordering::AcqRel);
@@ -215,7 +236,7 @@ impl SessionStore {
                     remembered.pop_front();
                 }
                 remembered.push_back(id);
-                expired += 1;
+                expired.push(id);
             }
         }
         expired

@@ -37,7 +37,7 @@ pub struct SegmentCheck {
 }
 
 /// One sampled completion whose ids appear in a node, with the check for the text before it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
     /// The completion.
     pub completion: CompletionId,

@@ -30,7 +30,7 @@ pub mod segments;
 pub mod stream;
 mod text_prompt;
 
-pub use commit::{TurnLabels, commit};
+pub use commit::{CommitRecord, RecordedChoice, TurnLabels, apply, commit};
 pub use pipeline::{Pipeline, RenderedTurn};
 pub use plan::{Base, Plan, RenderedPrompt, prepare};
 pub use render::GenerationPrompts;
@@ -60,6 +60,9 @@ pub enum TurnError {
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
+    /// The turn could not be journaled; nothing was recorded.
+    #[error("the turn could not be journaled: {0}")]
+    Journal(String),
     /// A prompt sent as ids holds one the model does not have.
     #[error("'prompt' holds token id {id}, outside the vocabulary (ids are below {vocab_size})")]
     UnknownToken {
@@ -91,6 +94,20 @@ pub enum TurnError {
         /// The context window.
         context: usize,
     },
+}
+
+/// Where committed turns are written down before they are applied (the journal, with
+/// `--data-dir`): a turn that cannot be written fails, and the session stays as it was.
+pub trait TurnLog: Send + Sync + std::fmt::Debug {
+    /// Writes down a turn of session `session` about to be applied.
+    fn committed(&self, session: uuid::Uuid, record: &CommitRecord) -> Result<(), String>;
+    /// Writes down a new nudge label of `node`'s last turn.
+    fn relabelled(
+        &self,
+        session: uuid::Uuid,
+        node: usize,
+        label: &'static str,
+    ) -> Result<(), String>;
 }
 
 /// The model-side pieces every turn needs.

@@ -3,8 +3,8 @@
 use super::nudge::{deserves_nudge, nudge_request};
 use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
-    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnLabels, TurnOutput, commit,
-    prepare, prepare_text,
+    ChoiceOutput, CommitRecord, Plan, TextPrompt, TurnContext, TurnError, TurnLabels, TurnOutput,
+    apply, prepare, prepare_text,
 };
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
@@ -25,6 +25,8 @@ pub struct Pipeline {
     /// Most tokens a session's node may hold (`--max-session-tokens`): like the context, it
     /// lowers `max_tokens`, and a prompt that reaches it is refused.
     pub max_session_tokens: Option<usize>,
+    /// Where turns are written down before they are applied (`--data-dir`).
+    pub log: Option<Arc<dyn super::TurnLog>>,
 }
 
 /// The prompt a turn would send now, for `/render`.
@@ -78,7 +80,7 @@ impl Pipeline {
                 (&first.plan, &first.choices[..]),
                 request,
                 None,
-            );
+            )?;
             return Ok(first);
         }
         let retry_request = nudge_request(request, &first.choices[0].reply);
@@ -88,18 +90,18 @@ impl Pipeline {
             (&first.plan, &first.choices[..]),
             request,
             Some("kept"),
-        );
+        )?;
         let retry = self.attempt(session, &guard, &retry_request).await;
         let label = match retry {
             Ok(retry) if !retry.choices[0].reply.tool_calls.is_empty() => {
-                set_nudge(&mut guard, nodes[0], "discarded");
+                self.relabel(session, &mut guard, nodes[0], "discarded")?;
                 self.record(
                     session,
                     &mut guard,
                     (&retry.plan, &retry.choices[..]),
                     request,
                     Some("kept"),
-                );
+                )?;
                 return Ok(retry);
             }
             Ok(_) => "kept_retry_discarded",
@@ -108,7 +110,7 @@ impl Pipeline {
                 "kept_retry_discarded"
             }
         };
-        set_nudge(&mut guard, nodes[0], label);
+        self.relabel(session, &mut guard, nodes[0], label)?;
         Ok(first)
     }
 
@@ -140,15 +142,8 @@ impl Pipeline {
             api: "completions",
             ..TurnLabels::default()
         };
-        let nodes = commit(
-            &mut guard,
-            &plan,
-            &choices,
-            &labels,
-            session.options.track_tree,
-        );
-        session.set_num_nodes(guard.nodes.len());
-        drop(nodes);
+        let record = CommitRecord::new(&plan, &choices, &labels, session.options.track_tree);
+        self.write(session, &mut guard, record)?;
         Ok(TurnOutput { plan, choices })
     }
 
@@ -202,15 +197,46 @@ impl Pipeline {
         (plan, choices): (&Plan, &[ChoiceOutput]),
         request: &ChatRequest,
         nudge: Option<&'static str>,
-    ) -> Vec<usize> {
+    ) -> Result<Vec<usize>, TurnError> {
         let labels = TurnLabels {
             api: request.api,
             tools_left_out: request.tools_left_out.clone(),
             nudge,
         };
-        let nodes = commit(state, plan, choices, &labels, session.options.track_tree);
+        let record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
+        self.write(session, state, record)
+    }
+
+    /// Journals `record` (when there is a journal), then applies it.
+    fn write(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        record: CommitRecord,
+    ) -> Result<Vec<usize>, TurnError> {
+        if let Some(log) = &self.log {
+            log.committed(session.id, &record)
+                .map_err(TurnError::Journal)?;
+        }
+        let nodes = apply(state, &record);
         session.set_num_nodes(state.nodes.len());
-        nodes
+        Ok(nodes)
+    }
+
+    /// Labels the last turn of `node` with how the nudge went.
+    fn relabel(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        node: usize,
+        label: &'static str,
+    ) -> Result<(), TurnError> {
+        if let Some(log) = &self.log {
+            log.relabelled(session.id, node, label)
+                .map_err(TurnError::Journal)?;
+        }
+        state.relabel(node, label);
+        Ok(())
     }
 
     /// Samples `n` continuations of the plan's prompt through the pool: on the session's
@@ -311,12 +337,5 @@ fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
     match &session.options.base_url {
         Some(url) => Route::Pinned(url),
         None => Route::Prefer(previous),
-    }
-}
-
-/// Labels the last turn of `node` with how the nudge went.
-fn set_nudge(state: &mut SessionState, node: usize, label: &'static str) {
-    if let Some(turn) = state.nodes[node].turns.last_mut() {
-        turn.nudge = Some(label);
     }
 }

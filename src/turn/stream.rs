@@ -200,15 +200,18 @@ impl StreamedTurn {
             return;
         };
         let pipeline = &self.pipeline;
-        pipeline.record(
+        let recorded = pipeline.record(
             &self.session,
             &mut guard,
             (&self.plan, &choices[..]),
             &self.request,
             None,
         );
-        let usage = Usage::of(&self.plan, &choices[..]);
-        let _ = self.send(TurnEvent::Done(usage)).await;
+        let event = match recorded {
+            Ok(_) => TurnEvent::Done(Usage::of(&self.plan, &choices)),
+            Err(error) => TurnEvent::Failed(error),
+        };
+        let _ = self.send(event).await;
     }
 
     /// Waits for the backend streams to open, with keep-alives; gives up when the client leaves.

@@ -1,0 +1,481 @@
+//! The journal's entries in a compact binary form: little-endian integers and floats,
+//! length-prefixed strings and lists. Every entry starts with its kind and its session's id,
+//! so compaction can sort frames by session without decoding them.
+
+use crate::generation::{FinishReason, StopMatch};
+use crate::session::SessionOptions;
+use crate::session::{Divergence, HistoryEntry, HistoryMode, IssuedToolCall, SegmentCheck};
+use crate::tools::ToolFormat;
+use crate::turn::{Base, CommitRecord, RecordedChoice, TurnLabels};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// A session was created.
+    Created {
+        /// Its id.
+        id: Uuid,
+        /// Its options.
+        options: SessionOptions,
+        /// Its creation time, seconds since the epoch.
+        created_at: f64,
+    },
+    /// A turn was committed.
+    Committed {
+        /// The session.
+        id: Uuid,
+        /// The turn.
+        record: CommitRecord,
+    },
+    /// A turn's nudge label changed after its commit.
+    Relabelled {
+        /// The session.
+        id: Uuid,
+        /// The node whose last turn is relabelled.
+        node: usize,
+        /// The new label.
+        label: &'static str,
+    },
+    /// A session was deleted or expired.
+    Deleted {
+        /// The session.
+        id: Uuid,
+    },
+}
+
+impl Entry {
+    /// The session it is about.
+    pub fn session(&self) -> Uuid {
+        match self {
+            Self::Created { id, .. }
+            | Self::Committed { id, .. }
+            | Self::Relabelled { id, .. }
+            | Self::Deleted { id } => *id,
+        }
+    }
+}
+
+/// An entry that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("journal entry unreadable: {0}")]
+pub struct Corrupt(pub &'static str);
+
+/// The strings the proxy writes into `&'static str` fields; a string of another version is
+/// kept too (leaked once per distinct unknown string, never per entry of a known one).
+const KNOWN: &[&str] = &[
+    "chat.completions",
+    "completions",
+    "messages",
+    "responses",
+    "kept",
+    "discarded",
+    "kept_retry_discarded",
+    "history_edited",
+    "template_rewrites_history",
+    "template_altered_sampled_turn",
+    "unmatched_assistant_message",
+    "new_conversation",
+    "",
+];
+
+fn intern(text: &str) -> &'static str {
+    KNOWN
+        .iter()
+        .find(|known| **known == text)
+        .copied()
+        .unwrap_or_else(|| Box::leak(text.to_string().into_boxed_str()))
+}
+
+/// Encodes `entry` at the end of `out`.
+pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    match entry {
+        Entry::Created {
+            id,
+            options,
+            created_at,
+        } => {
+            w.u8(1);
+            w.id(id);
+            w.f64(*created_at);
+            w.str(options.tool_parser.name());
+            w.bool(options.track_tree);
+            w.opt_str(options.base_url.as_deref());
+            w.u8(match options.history {
+                HistoryMode::Sampled => 0,
+                HistoryMode::Template => 1,
+            });
+            w.bool(options.reasoning);
+        }
+        Entry::Committed { id, record } => encode_commit(*id, record, w.0),
+        Entry::Relabelled { id, node, label } => {
+            w.u8(3);
+            w.id(id);
+            w.u32(*node as u32);
+            w.str(label);
+        }
+        Entry::Deleted { id } => {
+            w.u8(4);
+            w.id(id);
+        }
+    }
+}
+
+/// Encodes a committed turn of session `id` (without owning the record).
+pub fn encode_commit(id: Uuid, record: &CommitRecord, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    w.u8(2);
+    w.id(&id);
+    w.record(record);
+}
+
+/// The session id of an encoded entry (bytes 1..17).
+pub fn session_of(payload: &[u8]) -> Option<Uuid> {
+    Uuid::from_slice(payload.get(1..17)?).ok()
+}
+
+/// Whether an encoded entry is a deletion.
+pub fn is_deletion(payload: &[u8]) -> bool {
+    payload.first() == Some(&4)
+}
+
+/// Decodes one entry.
+pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
+    let mut r = Reader { bytes: payload };
+    let kind = r.u8()?;
+    let id = r.id()?;
+    let entry = match kind {
+        1 => {
+            let created_at = r.f64()?;
+            let tool_parser =
+                ToolFormat::named(&r.string()?).map_err(|_| Corrupt("tool parser"))?;
+            let track_tree = r.bool()?;
+            let base_url = r.opt_string()?;
+            let history = match r.u8()? {
+                0 => HistoryMode::Sampled,
+                1 => HistoryMode::Template,
+                _ => return Err(Corrupt("history mode")),
+            };
+            let reasoning = r.bool()?;
+            Entry::Created {
+                id,
+                options: SessionOptions {
+                    tool_parser,
+                    track_tree,
+                    base_url,
+                    history,
+                    reasoning,
+                },
+                created_at,
+            }
+        }
+        2 => Entry::Committed {
+            id,
+            record: r.record()?,
+        },
+        3 => Entry::Relabelled {
+            id,
+            node: r.u32()? as usize,
+            label: intern(&r.string()?),
+        },
+        4 => Entry::Deleted { id },
+        _ => return Err(Corrupt("kind")),
+    };
+    if !r.bytes.is_empty() {
+        return Err(Corrupt("trailing bytes"));
+    }
+    Ok(entry)
+}
+
+struct Writer<'o>(&'o mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn bool(&mut self, v: bool) {
+        self.u8(u8::from(v));
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn f64(&mut self, v: f64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn id(&mut self, id: &Uuid) {
+        self.0.extend_from_slice(id.as_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    fn opt_str(&mut self, s: Option<&str>) {
+        self.bool(s.is_some());
+        if let Some(s) = s {
+            self.str(s);
+        }
+    }
+    fn opt_u32(&mut self, v: Option<u32>) {
+        self.bool(v.is_some());
+        if let Some(v) = v {
+            self.u32(v);
+        }
+    }
+    fn ids(&mut self, ids: &[u32]) {
+        self.u32(ids.len() as u32);
+        self.0.reserve(4 * ids.len());
+        ids.iter().for_each(|&id| self.u32(id));
+    }
+    fn check(&mut self, check: &SegmentCheck) {
+        self.u32(check.prefix_len);
+        self.u64(check.prefix_hash);
+        self.opt_str(check.generation_prompt.as_deref());
+    }
+    fn record(&mut self, record: &CommitRecord) {
+        match &record.base {
+            Base::Extend { node } => {
+                self.u8(0);
+                self.u32(*node as u32);
+            }
+            Base::New { divergence } => {
+                self.u8(1);
+                self.bool(divergence.is_some());
+                if let Some(d) = divergence {
+                    self.str(d.reason);
+                    self.str(&d.detail);
+                    self.opt_u32(d.from_node.map(|n| n as u32));
+                    self.opt_u32(d.token_position.map(|n| n as u32));
+                }
+            }
+        }
+        self.ids(&record.new_prompt);
+        self.u32(record.history.len() as u32);
+        for entry in &record.history {
+            self.u32(entry.completion as u32);
+            self.check(&entry.before);
+        }
+        self.check(&record.next_check);
+        self.str(record.labels.api);
+        self.u32(record.labels.tools_left_out.len() as u32);
+        record
+            .labels
+            .tools_left_out
+            .iter()
+            .for_each(|t| self.str(t));
+        self.opt_str(record.labels.nudge);
+        self.bool(record.track_tree);
+        self.u32(record.choices.len() as u32);
+        for choice in &record.choices {
+            self.ids(&choice.token_ids);
+            choice
+                .logprobs
+                .iter()
+                .for_each(|lp| self.0.extend_from_slice(&lp.to_le_bytes()));
+            self.u8(match choice.finish_reason {
+                FinishReason::Stop => 0,
+                FinishReason::Length => 1,
+                FinishReason::Abort => 2,
+            });
+            match &choice.stop {
+                None => self.u8(0),
+                Some(StopMatch::Token(id)) => {
+                    self.u8(1);
+                    self.u32(*id);
+                }
+                Some(StopMatch::Text(text)) => {
+                    self.u8(2);
+                    self.str(text);
+                }
+            }
+            self.opt_str(choice.weight_version.as_deref());
+            self.opt_u32(choice.cached_tokens);
+            self.bool(choice.approximate);
+            self.opt_str(choice.end_token_text.as_deref());
+            self.u32(choice.tool_calls.len() as u32);
+            for call in &choice.tool_calls {
+                self.str(&call.id);
+                self.u64(call.call_hash);
+            }
+            self.u32(choice.fingerprints.len() as u32);
+            choice.fingerprints.iter().for_each(|&f| self.u64(f));
+            self.str(&choice.backend);
+        }
+    }
+}
+
+struct Reader<'b> {
+    bytes: &'b [u8],
+}
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize) -> Result<&'b [u8], Corrupt> {
+        if self.bytes.len() < n {
+            return Err(Corrupt("truncated"));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+    fn u8(&mut self) -> Result<u8, Corrupt> {
+        Ok(self.array::<1>()?[0])
+    }
+    fn bool(&mut self) -> Result<bool, Corrupt> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Corrupt("bool")),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, Corrupt> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, Corrupt> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn f64(&mut self) -> Result<f64, Corrupt> {
+        Ok(f64::from_le_bytes(self.array()?))
+    }
+    fn id(&mut self) -> Result<Uuid, Corrupt> {
+        Ok(Uuid::from_bytes(self.array()?))
+    }
+    /// A length that must fit in what is left, `unit` bytes per item.
+    fn len(&mut self, unit: usize) -> Result<usize, Corrupt> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(unit) > self.bytes.len() {
+            return Err(Corrupt("length"));
+        }
+        Ok(n)
+    }
+    fn string(&mut self) -> Result<String, Corrupt> {
+        let n = self.len(1)?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Corrupt("utf-8"))
+    }
+    fn opt_string(&mut self) -> Result<Option<String>, Corrupt> {
+        Ok(match self.bool()? {
+            true => Some(self.string()?),
+            false => None,
+        })
+    }
+    fn opt_u32(&mut self) -> Result<Option<u32>, Corrupt> {
+        Ok(match self.bool()? {
+            true => Some(self.u32()?),
+            false => None,
+        })
+    }
+    fn ids(&mut self) -> Result<Vec<u32>, Corrupt> {
+        let n = self.len(4)?;
+        let bytes = self.take(4 * n)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    }
+    fn check(&mut self) -> Result<SegmentCheck, Corrupt> {
+        Ok(SegmentCheck {
+            prefix_len: self.u32()?,
+            prefix_hash: self.u64()?,
+            generation_prompt: self.opt_string()?.map(Arc::from),
+        })
+    }
+    fn record(&mut self) -> Result<CommitRecord, Corrupt> {
+        let base = match self.u8()? {
+            0 => Base::Extend {
+                node: self.u32()? as usize,
+            },
+            1 => Base::New {
+                divergence: match self.bool()? {
+                    false => None,
+                    true => Some(Divergence {
+                        reason: intern(&self.string()?),
+                        detail: self.string()?,
+                        from_node: self.opt_u32()?.map(|n| n as usize),
+                        token_position: self.opt_u32()?.map(|n| n as usize),
+                    }),
+                },
+            },
+            _ => return Err(Corrupt("base")),
+        };
+        let new_prompt = self.ids()?;
+        let history = (0..self.len(13)?)
+            .map(|_| {
+                Ok(HistoryEntry {
+                    completion: self.u32()? as usize,
+                    before: self.check()?,
+                })
+            })
+            .collect::<Result<_, Corrupt>>()?;
+        let next_check = self.check()?;
+        let api = intern(&self.string()?);
+        let tools_left_out = (0..self.len(4)?)
+            .map(|_| self.string())
+            .collect::<Result<_, _>>()?;
+        let nudge = self.opt_string()?.map(|n| intern(&n));
+        let track_tree = self.bool()?;
+        let choices = (0..self.len(4)?)
+            .map(|_| self.choice())
+            .collect::<Result<_, _>>()?;
+        Ok(CommitRecord {
+            base,
+            new_prompt,
+            history,
+            next_check,
+            labels: TurnLabels {
+                api,
+                tools_left_out,
+                nudge,
+            },
+            track_tree,
+            choices,
+        })
+    }
+    fn choice(&mut self) -> Result<RecordedChoice, Corrupt> {
+        let token_ids = self.ids()?;
+        let bytes = self.take(4 * token_ids.len())?;
+        let logprobs = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let finish_reason = match self.u8()? {
+            0 => FinishReason::Stop,
+            1 => FinishReason::Length,
+            2 => FinishReason::Abort,
+            _ => return Err(Corrupt("finish reason")),
+        };
+        let stop = match self.u8()? {
+            0 => None,
+            1 => Some(StopMatch::Token(self.u32()?)),
+            2 => Some(StopMatch::Text(self.string()?)),
+            _ => return Err(Corrupt("stop")),
+        };
+        Ok(RecordedChoice {
+            token_ids,
+            logprobs,
+            finish_reason,
+            stop,
+            weight_version: self.opt_string()?,
+            cached_tokens: self.opt_u32()?,
+            approximate: self.bool()?,
+            end_token_text: self.opt_string()?,
+            tool_calls: (0..self.len(12)?)
+                .map(|_| {
+                    Ok(IssuedToolCall {
+                        id: self.string()?,
+                        call_hash: self.u64()?,
+                    })
+                })
+                .collect::<Result<_, Corrupt>>()?,
+            fingerprints: (0..self.len(8)?)
+                .map(|_| self.u64())
+                .collect::<Result<_, _>>()?,
+            backend: Arc::from(self.string()?),
+        })
+    }
+}

@@ -1,0 +1,397 @@
+//! Durability (`serve --data-dir DIR`): every session creation, committed turn and deletion is
+//! appended to a journal before the reply (or a stream's final event) is sent, and a restart
+//! replays it into the very same sessions.
+//!
+//! The journal is one append-only file of frames: the payload's length (u32), its XXH3
+//! checksum (u64), the payload (an [`Entry`], [`codec`]). A turn is journaled as the
+//! [`crate::turn::CommitRecord`] the session applies, so replaying applies exactly what was
+//! applied. A write completes into the operating system before the reply, which a `kill -9`
+//! cannot undo (only a power loss could; `sync` is called when the proxy drains). A frame cut
+//! short by a crash mid-write fails its checksum and is dropped at the next start, with
+//! everything after it. Deleted sessions' frames are garbage: the file is compacted at start
+//! and whenever garbage outweighs live data, by copying the live frames aside while appends
+//! go on, then taking the few frames appended meanwhile under the lock and renaming.
+
+pub mod codec;
+
+pub use codec::Entry;
+
+use crate::session::SessionStore;
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use uuid::Uuid;
+
+/// The first bytes of a journal file.
+const MAGIC: &[u8; 8] = b"RPJRNL01";
+/// A frame's header: length and checksum.
+const HEADER: usize = 12;
+/// Garbage below this is left alone.
+const MIN_GARBAGE: u64 = 64 * 1024 * 1024;
+
+/// Journal failures.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The file could not be read or written.
+    #[error("journal {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A frame whose checksum held could not be decoded (a journal of another format).
+    #[error("journal {path}: {source}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What could not be read.
+        source: codec::Corrupt,
+    },
+}
+
+/// The journal of one data directory.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: Mutex<BufWriter<File>>,
+    /// Bytes of live data and of garbage, and the sessions whose frames are garbage.
+    space: Mutex<Space>,
+    /// Held while compacting (one at a time).
+    compacting: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Space {
+    /// Bytes of each live session's frames.
+    live: HashMap<Uuid, u64>,
+    live_bytes: u64,
+    garbage_bytes: u64,
+    /// Sessions deleted since the last compaction.
+    dead: HashSet<Uuid>,
+}
+
+/// What a start found in the journal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replayed {
+    /// Sessions restored.
+    pub sessions: usize,
+    /// Turns applied.
+    pub turns: usize,
+    /// Bytes of a torn last frame dropped.
+    pub dropped_bytes: u64,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `dir` and replays it into `store`; compacts it when
+    /// it holds more garbage than live data.
+    pub fn open(dir: &Path, store: &SessionStore) -> Result<(Self, Replayed), JournalError> {
+        std::fs::create_dir_all(dir).map_err(|source| JournalError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join("journal");
+        let io = |source| JournalError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        let mut space = Space::default();
+        let mut replayed = Replayed::default();
+        let length = file.metadata().map_err(io)?.len();
+        let good_end = if length == 0 {
+            file.write_all(MAGIC).map_err(io)?;
+            MAGIC.len() as u64
+        } else {
+            replay(&path, &mut file, store, &mut space, &mut replayed)?
+        };
+        if good_end < file.metadata().map_err(io)?.len() {
+            replayed.dropped_bytes = file.metadata().map_err(io)?.len() - good_end;
+            tracing::warn!(
+                bytes = replayed.dropped_bytes,
+                "journal: a torn last frame was dropped"
+            );
+            file.set_len(good_end).map_err(io)?;
+        }
+        file.seek(SeekFrom::End(0)).map_err(io)?;
+        let journal = Self {
+            path: path.clone(),
+            file: Mutex::new(BufWriter::new(file)),
+            space: Mutex::new(space),
+            compacting: Mutex::new(()),
+        };
+        if journal.worth_compacting(0) {
+            journal.compact()?;
+        }
+        Ok((journal, replayed))
+    }
+
+    /// Appends `entry`; the entry is in the operating system's hands when this returns.
+    pub fn append(&self, entry: &Entry) -> Result<(), JournalError> {
+        let deleted = matches!(entry, Entry::Deleted { .. });
+        self.append_with(entry.session(), deleted, |out| codec::encode(entry, out))
+    }
+
+    /// Appends the entry `encode` writes, of `session` (`deleted`: it deletes the session).
+    fn append_with(
+        &self,
+        session: Uuid,
+        deleted: bool,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), JournalError> {
+        let mut frame = Vec::with_capacity(1024);
+        frame.extend_from_slice(&[0; HEADER]);
+        encode(&mut frame);
+        let payload_len = frame.len() - HEADER;
+        let checksum = xxhash_rust::xxh3::xxh3_64(&frame[HEADER..]);
+        frame[..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
+        frame[4..HEADER].copy_from_slice(&checksum.to_le_bytes());
+        {
+            let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+            file.write_all(&frame)
+                .and_then(|()| file.flush())
+                .map_err(|source| self.io(source))?;
+        }
+        let mut space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+        space.add(session, frame.len() as u64, deleted);
+        Ok(())
+    }
+
+    /// Compacts when deletions have made garbage outweigh live data (and pass 64 MiB).
+    pub fn compact_if_worthwhile(&self) -> Result<(), JournalError> {
+        if self.worth_compacting(MIN_GARBAGE) {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Forces the journal to disk (when the proxy drains).
+    pub fn sync(&self) -> Result<(), JournalError> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.flush()
+            .and_then(|()| file.get_ref().sync_all())
+            .map_err(|source| self.io(source))
+    }
+
+    /// Size of the journal file in bytes.
+    pub fn size(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    }
+
+    fn io(&self, source: std::io::Error) -> JournalError {
+        JournalError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn worth_compacting(&self, floor: u64) -> bool {
+        let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+        space.garbage_bytes > floor && space.garbage_bytes >= space.live_bytes
+    }
+
+    /// Rewrites the journal with the frames of live sessions only.
+    pub fn compact(&self) -> Result<(), JournalError> {
+        let _one = self
+            .compacting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let io = |source| self.io(source);
+        // 1. What is garbage, and where the file ends now.
+        let dead: HashSet<Uuid> = {
+            let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+            space.dead.clone()
+        };
+        let end = {
+            let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+            file.flush().map_err(io)?;
+            file.get_ref().metadata().map_err(io)?.len()
+        };
+        // 2. The live frames up to there, copied aside while appends go on.
+        let aside = self.path.with_extension("compacting");
+        let mut out = BufWriter::new(File::create(&aside).map_err(io)?);
+        out.write_all(MAGIC).map_err(io)?;
+        let mut source = BufReader::new(File::open(&self.path).map_err(io)?);
+        source
+            .seek(SeekFrom::Start(MAGIC.len() as u64))
+            .map_err(io)?;
+        let start = MAGIC.len() as u64;
+        let kept = copy_frames(&mut source, &mut out, (start, end), |payload| {
+            codec::session_of(payload).is_some_and(|id| !dead.contains(&id))
+        })
+        .map_err(io)?;
+        // 3. Under the lock: the frames appended meanwhile, then the new file in place.
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.flush().map_err(io)?;
+        let now = file.get_ref().metadata().map_err(io)?.len();
+        source.seek(SeekFrom::Start(end)).map_err(io)?;
+        copy_frames(&mut source, &mut out, (end, now), |_| true).map_err(io)?;
+        out.flush().map_err(io)?;
+        out.get_ref().sync_all().map_err(io)?;
+        std::fs::rename(&aside, &self.path).map_err(io)?;
+        let mut reopened = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        reopened.seek(SeekFrom::End(0)).map_err(io)?;
+        *file = BufWriter::new(reopened);
+        let mut space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+        space.garbage_bytes = space
+            .garbage_bytes
+            .saturating_sub(end - MAGIC.len() as u64 - kept);
+        space.dead.retain(|id| !dead.contains(id));
+        tracing::info!(
+            before = end,
+            after = kept + MAGIC.len() as u64,
+            "journal compacted"
+        );
+        Ok(())
+    }
+}
+
+impl crate::turn::TurnLog for Journal {
+    fn committed(&self, session: Uuid, record: &crate::turn::CommitRecord) -> Result<(), String> {
+        self.append_with(session, false, |out| {
+            codec::encode_commit(session, record, out)
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), String> {
+        let entry = Entry::Relabelled {
+            id: session,
+            node,
+            label,
+        };
+        self.append(&entry).map_err(|e| e.to_string())
+    }
+}
+
+impl Space {
+    fn add(&mut self, session: Uuid, bytes: u64, deleted: bool) {
+        let held = self.live.entry(session).or_default();
+        *held += bytes;
+        self.live_bytes += bytes;
+        if deleted {
+            let freed = self.live.remove(&session).unwrap_or(0);
+            self.live_bytes -= freed;
+            self.garbage_bytes += freed;
+            self.dead.insert(session);
+        }
+    }
+}
+
+/// Copies the whole frames of `source` from byte `from` (where it is positioned) to byte `to`
+/// that `keep` accepts; returns the bytes written.
+fn copy_frames(
+    source: &mut impl Read,
+    out: &mut impl Write,
+    (from, to): (u64, u64),
+    keep: impl Fn(&[u8]) -> bool,
+) -> std::io::Result<u64> {
+    let (mut at, mut kept) = (from, 0u64);
+    let mut header = [0u8; HEADER];
+    let mut payload = Vec::new();
+    while at < to {
+        source.read_exact(&mut header)?;
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        payload.resize(len, 0);
+        source.read_exact(&mut payload)?;
+        at += (HEADER + len) as u64;
+        if keep(&payload) {
+            out.write_all(&header)?;
+            out.write_all(&payload)?;
+            kept += (HEADER + len) as u64;
+        }
+    }
+    Ok(kept)
+}
+
+/// Reads every frame, applying each to `store`; returns where the last whole frame ends.
+fn replay(
+    path: &Path,
+    file: &mut File,
+    store: &SessionStore,
+    space: &mut Space,
+    replayed: &mut Replayed,
+) -> Result<u64, JournalError> {
+    let mut reader = BufReader::with_capacity(1 << 20, &mut *file);
+    let mut magic = [0u8; MAGIC.len()];
+    if reader.read_exact(&mut magic).is_err() || &magic != MAGIC {
+        return Err(JournalError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("not a rollout-proxy journal"),
+        });
+    }
+    let mut at = MAGIC.len() as u64;
+    let mut header = [0u8; HEADER];
+    let mut payload = Vec::new();
+    loop {
+        if reader.read_exact(&mut header).is_err() {
+            return Ok(at);
+        }
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let checksum = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
+        payload.resize(len, 0);
+        if reader.read_exact(&mut payload).is_err()
+            || xxhash_rust::xxh3::xxh3_64(&payload) != checksum
+        {
+            return Ok(at);
+        }
+        let entry = codec::decode(&payload).map_err(|source| JournalError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let frame = (HEADER + len) as u64;
+        space.add(entry.session(), frame, codec::is_deletion(&payload));
+        restore(store, entry, replayed);
+        at += frame;
+    }
+}
+
+/// Applies one entry to the sessions being restored.
+fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
+    match entry {
+        Entry::Created {
+            id,
+            options,
+            created_at,
+        } => {
+            store.restore(id, options, created_at);
+            replayed.sessions += 1;
+        }
+        Entry::Committed { id, record } => {
+            if let Some(session) = store.get(&id.to_string()) {
+                let mut state = session
+                    .state
+                    .try_lock()
+                    .expect("no turn runs during replay");
+                crate::turn::apply(&mut state, &record);
+                session.set_num_nodes(state.nodes.len());
+                replayed.turns += 1;
+            }
+        }
+        Entry::Relabelled { id, node, label } => {
+            if let Some(session) = store.get(&id.to_string()) {
+                let mut state = session
+                    .state
+                    .try_lock()
+                    .expect("no turn runs during replay");
+                state.relabel(node, label);
+            }
+        }
+        Entry::Deleted { id } => {
+            if store.remove(&id.to_string()).is_some() {
+                replayed.sessions -= 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! `serve --data-dir`: sessions survive `kill -9` and restarts byte for byte, a frame torn by
+//! a crash mid-write is dropped (never half-applied), and deleted sessions' space is given
+//! back.
+
+mod common;
+
+use common::mock_worker::{MockWorker, Sample, Wire};
+use common::{KillOnDrop, char_model_dir, chars, free_port, scratch_dir, wait_for_health};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A `serve` process on `port` journaling into `dir`, before `upstream`.
+async fn serve(dir: &Path, port: u16, upstream: &str) -> KillOnDrop {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        .args(["serve", "--port", &port.to_string(), "--workers", "1"])
+        .arg("--tokenizer")
+        .arg(char_model_dir())
+        .args(["--backend", upstream, "--backend-type", "sglang"])
+        .arg("--data-dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = KillOnDrop(child);
+    wait_for_health(&reqwest::Client::new(), &format!("http://127.0.0.1:{port}")).await;
+    server
+}
+
+/// An upstream whose answer depends only on the prompt (restarts change nothing).
+fn upstream() -> MockWorker {
+    let worker = MockWorker::start(Wire::Sglang);
+    worker.respond_with(Arc::new(|prompt: &[u32]| {
+        Sample::stop(chars(&format!("answer {}", prompt.len())))
+    }));
+    worker
+}
+
+struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    async fn nodes_text(&self, uuid: &str) -> (u16, String) {
+        let response = self
+            .http
+            .get(format!("{}/{uuid}/nodes", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// A turn continuing `messages` (the reply is appended to them).
+    async fn turn(&self, uuid: &str, messages: &mut Vec<Value>, user: &str) {
+        messages.push(json!({"role": "user", "content": user}));
+        let reply = self
+            .post(
+                &format!("/{uuid}/v1/chat/completions"),
+                json!({"messages": messages}),
+            )
+            .await;
+        messages.push(reply["choices"][0]["message"].clone());
+    }
+
+    async fn session(&self) -> String {
+        let created = self.post("/sessions/create", json!({})).await;
+        created["uuid"].as_str().unwrap().to_string()
+    }
+}
+
+#[tokio::test]
+async fn sessions_survive_kill_9_and_a_torn_frame_is_dropped() {
+    let dir = scratch_dir("durability-kill");
+    let worker = upstream();
+    let port = free_port();
+    let client = Client {
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    let mut server = serve(&dir, port, &worker.url).await;
+    let (kept, deleted) = (client.session().await, client.session().await);
+    let mut messages = Vec::new();
+    client.turn(&kept, &mut messages, "first").await;
+    client.turn(&kept, &mut messages, "second").await;
+    client.turn(&deleted, &mut Vec::new(), "gone").await;
+    client
+        .http
+        .delete(format!("{}/{deleted}", client.base))
+        .send()
+        .await
+        .unwrap();
+    let (_, before) = client.nodes_text(&kept).await;
+
+    drop(server); // SIGKILL: nothing is flushed or closed.
+    server = serve(&dir, port, &worker.url).await;
+    assert_eq!(
+        client.nodes_text(&kept).await,
+        (200, before.clone()),
+        "byte-identical nodes"
+    );
+    assert_eq!(
+        client.nodes_text(&deleted).await.0,
+        404,
+        "a deleted session stays deleted"
+    );
+
+    // The next turn extends the node as if nothing had happened.
+    let journal = dir.join("journal");
+    let size_before_turn = std::fs::metadata(&journal).unwrap().len();
+    let mut continued = messages.clone();
+    client.turn(&kept, &mut continued, "third").await;
+    let (_, after) = client.nodes_text(&kept).await;
+    let nodes: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 1);
+    assert_eq!(nodes["nodes"][0]["metadata"]["num_turns"], 3);
+
+    // A crash in the middle of writing that turn's frame: it is dropped, not half-applied.
+    drop(server);
+    let size_after_turn = std::fs::metadata(&journal).unwrap().len();
+    let torn = size_before_turn + (size_after_turn - size_before_turn) / 2;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(torn)
+        .unwrap();
+    let _server = serve(&dir, port, &worker.url).await;
+    assert_eq!(
+        client.nodes_text(&kept).await,
+        (200, before),
+        "back to the last whole turn"
+    );
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), size_before_turn);
+    // And the rollout goes on from there.
+    client.turn(&kept, &mut messages, "third again").await;
+    let (_, after) = client.nodes_text(&kept).await;
+    let nodes: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(nodes["nodes"][0]["metadata"]["num_turns"], 3);
+}
+
+#[tokio::test]
+async fn deleted_sessions_give_their_space_back() {
+    let dir = scratch_dir("durability-compaction");
+    let worker = upstream();
+    let port = free_port();
+    let client = Client {
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    let server = serve(&dir, port, &worker.url).await;
+    let kept = client.session().await;
+    client.turn(&kept, &mut Vec::new(), "stay").await;
+    for _ in 0..20 {
+        let uuid = client.session().await;
+        client
+            .turn(&uuid, &mut Vec::new(), &"long words ".repeat(50))
+            .await;
+        client
+            .http
+            .delete(format!("{}/{uuid}", client.base))
+            .send()
+            .await
+            .unwrap();
+    }
+    let (_, before) = client.nodes_text(&kept).await;
+    let journal = dir.join("journal");
+    let full = std::fs::metadata(&journal).unwrap().len();
+    drop(server);
+    let _server = serve(&dir, port, &worker.url).await;
+    let compacted = std::fs::metadata(&journal).unwrap().len();
+    assert!(
+        compacted * 5 < full,
+        "compacted at start: {full} → {compacted} bytes"
+    );
+    assert_eq!(client.nodes_text(&kept).await, (200, before));
+    let health = wait_for_health(&client.http, &client.base).await;
+    assert_eq!(health["sessions"], 1);
+}
