@@ -17,7 +17,8 @@
 //! default; `messages`: Anthropic; `responses`: OpenAI Responses) is the API the rollouts
 //! speak. `LOAD_C`, `LOAD_R`, `LOAD_T`, `STREAM_PROBES` (200; 0 skips them), `GROWTH_TURNS`
 //! (0 skips growth), `GROWTH_REPEAT` (5). `LOAD_PROXY_BIN` measures another
-//! build of rollout-proxy; `LOAD_PROXY_CMD` another proxy altogether (a shell command with
+//! build of rollout-proxy, and `LOAD_PROXY_ARGS` adds flags to it (e.g. `--data-dir DIR`);
+//! `LOAD_PROXY_CMD` another proxy altogether (a shell command with
 //! `{port}` and `{upstream}`: scripts/perf-compare.sh drives the Atropos reference this way).
 //! Under `cargo test --all-targets` it runs a small smoke version.
 
@@ -112,10 +113,12 @@ impl ProxyProcess {
             Err(_) => {
                 let binary = std::env::var("LOAD_PROXY_BIN")
                     .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-proxy").to_string());
+                let extra = std::env::var("LOAD_PROXY_ARGS").unwrap_or_default();
                 std::process::Command::new(binary)
                     .args(["serve", "--port", &port.to_string(), "--tokenizer"])
                     .arg(&qwen3)
                     .args(["--backend", upstream, "--backend-type", "sglang"])
+                    .args(extra.split_whitespace())
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()

@@ -229,9 +229,11 @@ impl Settings {
                     .map(|n| n as usize),
                 max_session_tokens: self.max_session_tokens.map(|n| n as usize),
                 log: journal.clone().map(|j| j as Arc<dyn crate::turn::TurnLog>),
+                under_way: Default::default(),
             },
             sessions,
             journal: journal.clone(),
+            draining: Default::default(),
             keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
             default_max_tokens: self
                 .default_max_tokens

@@ -6,6 +6,7 @@ use rollout_proxy::config::{ConfigFile, Settings};
 use rollout_proxy::engine::EngineSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOCATOR: rollout_proxy::memory::Allocator = rollout_proxy::memory::Allocator;
@@ -74,6 +75,10 @@ struct ServeArgs {
     /// KV-cache tokens per sequence of the in-process engine: the longest rollout it serves.
     #[arg(long, default_value_t = 4096)]
     engine_context: u32,
+    /// On SIGTERM or SIGINT, how long turns under way may take to finish (new ones are refused
+    /// with a 503) before the proxy stops anyway; a second signal stops it at once.
+    #[arg(long, default_value_t = 30.0)]
+    drain_timeout: f64,
     /// Journal sessions here: a restart (after a crash, a kill -9) serves them as they were.
     /// Without it, sessions live in memory only.
     #[arg(long)]
@@ -162,8 +167,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rollout_proxy::memory::release_freed();
         tracing::info!(address = %listener.local_addr()?, "listening");
         let workers = args.workers.map(usize::from);
-        rollout_proxy::http::serve(Arc::new(state), listener, workers)?.await?;
+        let state = Arc::new(state);
+        let server = rollout_proxy::http::serve(state.clone(), listener, workers)?;
+        let drain_timeout = Duration::from_secs_f64(args.drain_timeout.clamp(0.0, 86_400.0));
+        actix_web::rt::spawn(drain_on_signal(state, server.handle(), drain_timeout));
+        server.await?;
+        tracing::info!("stopped");
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT, then drains; a second signal stops the server at once.
+async fn drain_on_signal(
+    state: Arc<rollout_proxy::AppState>,
+    server: actix_web::dev::ServerHandle,
+    timeout: Duration,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals: SIGTERM will not drain");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    let drain = rollout_proxy::http::drain::drain(state, server.clone(), timeout);
+    tokio::select! {
+        () = drain => {}
+        _ = term.recv() => server.stop(false).await,
+        _ = interrupt.recv() => server.stop(false).await,
+    }
 }

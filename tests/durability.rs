@@ -194,3 +194,55 @@ async fn deleted_sessions_give_their_space_back() {
     let health = wait_for_health(&client.http, &client.base).await;
     assert_eq!(health["sessions"], 1);
 }
+
+/// SIGTERM: new work is refused with a 503 and `Retry-After`, the stream under way finishes
+/// and is journaled, and the process exits 0; a restart serves the finished turn.
+#[tokio::test]
+async fn sigterm_drains_turns_under_way_then_exits_cleanly() {
+    let dir = scratch_dir("durability-drain");
+    let worker = upstream();
+    worker.set_token_delay(40);
+    let port = free_port();
+    let client = Client {
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    let mut server = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    let streamed = client
+        .http
+        .post(format!("{}/{uuid}/v1/chat/completions", client.base))
+        .json(&json!({"messages": [{"role": "user", "content": "slowly"}], "stream": true}))
+        .send();
+    let stream = tokio::spawn(async move { streamed.await.unwrap().text().await.unwrap() });
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let refused = client
+        .http
+        .post(format!("{}/sessions/create", client.base))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let text = stream.await.unwrap();
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "the stream finished: {text}"
+    );
+    let status = server.0.wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+
+    server = serve(&dir, port, &worker.url).await;
+    let (status, nodes) = client.nodes_text(&uuid).await;
+    assert_eq!(status, 200);
+    let nodes: Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(
+        nodes["nodes"][0]["metadata"]["num_turns"], 1,
+        "the drained turn was journaled"
+    );
+    drop(server);
+}

@@ -8,6 +8,7 @@ mod admin;
 mod anthropic;
 pub mod auth;
 mod body;
+pub mod drain;
 pub mod error;
 mod openai;
 mod responses;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub journal: Option<Arc<crate::journal::Journal>>,
     /// The keys callers must present (none: every route is open).
     pub keys: auth::Keys,
+    /// Set when the proxy drains: new work is refused.
+    pub draining: std::sync::atomic::AtomicBool,
     /// Set when sessions are used or deleted, so memory they freed is given back to the OS.
     pub freed: crate::memory::FreedMemory,
 }
@@ -119,6 +122,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 impl AppState {
+    /// Whether the proxy is draining.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Refuses new work from now on.
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Journals `entry` when sessions are journaled; a 503 when it cannot be written.
     pub fn journal(&self, entry: &crate::journal::Entry) -> Result<(), ApiError> {
         match &self.journal {
@@ -213,6 +227,7 @@ pub fn serve(
         App::new()
             .app_data(data.clone())
             .app_data(keys.clone())
+            .wrap(actix_web::middleware::from_fn(drain::refuse_while_draining))
             .wrap(actix_web::middleware::from_fn(auth::check))
             .configure(routes)
     })
@@ -220,5 +235,7 @@ pub fn serve(
     if let Some(workers) = workers {
         server = server.workers(workers);
     }
+    // Signals are the binary's to handle (it drains, see `drain`); a test process keeps its own.
+    server = server.disable_signals();
     Ok(server.listen(listener)?.run())
 }

@@ -27,6 +27,18 @@ pub struct Pipeline {
     pub max_session_tokens: Option<usize>,
     /// Where turns are written down before they are applied (`--data-dir`).
     pub log: Option<Arc<dyn super::TurnLog>>,
+    /// Turns under way (a drain waits for them).
+    pub under_way: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a turn as under way while it lives.
+#[derive(Debug)]
+pub(super) struct UnderWay(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The prompt a turn would send now, for `/render`.
@@ -41,6 +53,18 @@ pub struct RenderedTurn {
 }
 
 impl Pipeline {
+    /// How many turns are under way (streams included).
+    pub fn turns_under_way(&self) -> usize {
+        self.under_way.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Counts a turn as under way until the guard is dropped.
+    pub(super) fn under_way(&self) -> UnderWay {
+        self.under_way
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        UnderWay(self.under_way.clone())
+    }
+
     /// The prompt a real call with `request` would send now; changes nothing.
     pub async fn render(
         &self,
@@ -70,6 +94,7 @@ impl Pipeline {
         session: &Session,
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
+        let _under_way = self.under_way();
         let mut guard = session.state.lock().await;
         let parser = session.options.tool_parser.parser().as_ref();
         let first = self.attempt(session, &guard, request).await?;
@@ -123,6 +148,7 @@ impl Pipeline {
         params: SamplingParams,
         n: u32,
     ) -> Result<TurnOutput, TurnError> {
+        let _under_way = self.under_way();
         let mut guard = session.state.lock().await;
         let mut plan = prepare_text(&self.context, &guard, prompt)?;
         let sampled = self.sample(session, &mut plan, params, n).await?;

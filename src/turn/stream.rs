@@ -113,6 +113,7 @@ impl Pipeline {
         session: Arc<Session>,
         request: ChatRequest,
     ) -> Result<TurnStream, TurnError> {
+        let under_way = self.under_way();
         let guard = session.state.clone().lock_owned().await;
         let plan = self.plan(&session, &guard, &request)?;
         let mut opening = self.open_streams(&session, &request, &plan)?;
@@ -135,6 +136,7 @@ impl Pipeline {
             request,
             plan,
             sender,
+            _under_way: under_way,
         };
         tokio::spawn(turn.run(guard, opened.ok_or(opening)));
         Ok(handle)
@@ -180,6 +182,8 @@ struct StreamedTurn {
     /// `Some(opened)` when reasoning is returned separately.
     reasoning: Option<bool>,
     calls: CallIds,
+    /// Held until the turn ends (a drain waits for it).
+    _under_way: super::pipeline::UnderWay,
 }
 
 /// The client went away, or the turn failed and the client was told.
