@@ -10,6 +10,7 @@ pub mod auth;
 mod body;
 pub mod drain;
 pub mod error;
+mod idempotency;
 mod openai;
 mod responses;
 mod sessions;
@@ -227,6 +228,7 @@ pub fn serve(
         App::new()
             .app_data(data.clone())
             .app_data(keys.clone())
+            .wrap(actix_web::middleware::from_fn(idempotency::once_per_key))
             .wrap(actix_web::middleware::from_fn(drain::refuse_while_draining))
             .wrap(actix_web::middleware::from_fn(auth::check))
             .configure(routes)

@@ -7,6 +7,7 @@
 pub mod completion;
 mod ids;
 pub mod node;
+pub mod replies;
 pub mod responses;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
@@ -87,6 +88,8 @@ pub struct Session {
     pub state: Arc<tokio::sync::Mutex<SessionState>>,
     /// Responses API replies kept for `previous_response_id`.
     pub responses: responses::ResponseStore,
+    /// Replies kept by `Idempotency-Key`.
+    pub replies: replies::Replies,
 }
 
 impl Session {
@@ -101,6 +104,7 @@ impl Session {
             backend: std::sync::Mutex::new(None),
             state: Arc::new(tokio::sync::Mutex::new(SessionState::default())),
             responses: Default::default(),
+            replies: Default::default(),
         }
     }
 

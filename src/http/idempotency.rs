@@ -1,0 +1,151 @@
+//! `Idempotency-Key` on a turn: the first request with a key runs and its reply (a stream's
+//! every event included) is kept on the session; a retry with the same key and the same body
+//! gets that reply again — without sampling again or forking the node — and a retry that
+//! arrives while the first still runs waits for it. The same key with another body is a 422.
+//! A turn that failed keeps nothing, so its retry runs anew.
+
+use super::{ApiError, AppState};
+use crate::session::replies::{KeySlot, RecordedReply};
+use actix_web::body::{BodySize, BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::error::PayloadError;
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpResponse, web};
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::OwnedMutexGuard;
+
+/// Turn routes: `/{uuid}/v1/...` ending in one of these.
+const TURNS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/messages",
+    "/v1/responses",
+];
+
+/// Markers of a failure event in a stream (chat; Messages and Responses): such a reply is not
+/// kept.
+const FAILED: &[&[u8]] = &[b"data: {\"error\"", b"\nevent: error\n", b"event: error\n"];
+
+/// The middleware.
+pub async fn once_per_key(
+    mut request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let key = request
+        .headers()
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let state = request.app_data::<web::Data<AppState>>().cloned();
+    let session = request.path().split('/').nth(1).map(str::to_string);
+    let is_turn =
+        request.method() == Method::POST && TURNS.iter().any(|t| request.path().ends_with(t));
+    let (Some(key), Some(state), Some(session), true) = (key, state, session, is_turn) else {
+        return Ok(next.call(request).await?.map_into_boxed_body());
+    };
+    let Some(session) = state.sessions.get(&session) else {
+        return Ok(next.call(request).await?.map_into_boxed_body());
+    };
+    // The body, read to hash it, then put back for the handler.
+    let mut payload = request.take_payload();
+    let mut body = Vec::new();
+    while let Some(chunk) = payload.next().await {
+        body.extend_from_slice(&chunk?);
+        if body.len() > state.max_body_bytes {
+            break;
+        }
+    }
+    let body = Bytes::from(body);
+    let body_hash = xxhash_rust::xxh3::xxh3_64(&body).max(1);
+    let replay = futures::stream::once(async move { Ok::<_, PayloadError>(body) });
+    let replay: std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, PayloadError>>>> =
+        Box::pin(replay);
+    request.set_payload(Payload::from(replay));
+
+    let mut slot = session.replies.slot(&key).lock_owned().await;
+    if slot.body_hash != 0 && slot.body_hash != body_hash {
+        let error = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request_error",
+            format!("Idempotency-Key '{key}' was used with another request body"),
+        );
+        let response = HttpResponse::build(error.status).json(error.body());
+        return Ok(request.into_response(response));
+    }
+    if let Some(reply) = &slot.reply {
+        let response =
+            HttpResponse::build(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK))
+                .content_type(reply.content_type.as_str())
+                .insert_header(("Idempotent-Replayed", "true"))
+                .body(reply.body.clone());
+        return Ok(request.into_response(response));
+    }
+    slot.body_hash = body_hash;
+    let response = next.call(request).await?.map_into_boxed_body();
+    if !response.status().is_success() {
+        return Ok(response);
+    }
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let status = response.status().as_u16();
+    Ok(response.map_body(move |_, body| {
+        BoxBody::new(Recording {
+            body,
+            seen: Vec::new(),
+            slot: Some(slot),
+            status,
+            content_type,
+        })
+    }))
+}
+
+/// A reply body passed through as it is sent, and kept in the key's slot once it is whole.
+struct Recording {
+    body: BoxBody,
+    seen: Vec<u8>,
+    /// Held until the reply is whole: a retry waits for it.
+    slot: Option<OwnedMutexGuard<KeySlot>>,
+    status: u16,
+    content_type: String,
+}
+
+impl MessageBody for Recording {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        let this = &mut *self;
+        let next = std::pin::Pin::new(&mut this.body).poll_next(cx);
+        match &next {
+            std::task::Poll::Ready(Some(Ok(chunk))) => this.seen.extend_from_slice(chunk),
+            std::task::Poll::Ready(None) => {
+                let failed = FAILED
+                    .iter()
+                    .any(|marker| this.seen.windows(marker.len()).any(|w| w == *marker));
+                if let Some(mut slot) = this.slot.take()
+                    && !failed
+                {
+                    slot.reply = Some(RecordedReply {
+                        status: this.status,
+                        content_type: std::mem::take(&mut this.content_type),
+                        body: Bytes::from(std::mem::take(&mut this.seen)),
+                    });
+                }
+            }
+            _ => {}
+        }
+        next.map(|item| item.map(|result| result.map_err(Into::into)))
+    }
+}

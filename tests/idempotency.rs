@@ -1,0 +1,85 @@
+//! `Idempotency-Key`: a retried turn gets the recorded reply, never a second sample or a fork.
+
+mod common;
+
+use common::mock_worker::{Reply, Sample};
+use common::{Proxy, chars};
+use serde_json::{Value, json};
+
+async fn post(proxy: &Proxy, path: &str, key: &str, body: &Value) -> (u16, bool, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}{path}", proxy.url))
+        .header("idempotency-key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let replayed = response.headers().contains_key("idempotent-replayed");
+    (
+        response.status().as_u16(),
+        replayed,
+        response.text().await.unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_retry_gets_the_recorded_reply_and_the_node_does_not_fork() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/chat/completions");
+    let body = json!({"messages": [{"role": "user", "content": "a"}]});
+    proxy.worker.push_sample(Sample::stop(chars("first")));
+    proxy.worker.push_sample(Sample::stop(chars("second")));
+    let (status, replayed, first) = post(&proxy, &path, "k1", &body).await;
+    assert_eq!((status, replayed), (200, false));
+    let (status, replayed, again) = post(&proxy, &path, "k1", &body).await;
+    assert_eq!((status, replayed), (200, true));
+    assert_eq!(again, first, "the very same reply");
+    assert_eq!(proxy.worker.requests().len(), 1, "sampled once");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(
+        (nodes.len(), &nodes[0]["metadata"]["num_turns"]),
+        (1, &json!(1))
+    );
+
+    let other = json!({"messages": [{"role": "user", "content": "b"}]});
+    let (status, _, error) = post(&proxy, &path, "k1", &other).await;
+    assert_eq!(status, 422, "{error}");
+
+    // Streamed: the whole event stream is replayed.
+    let streamed = json!({"messages": [{"role": "user", "content": "c"}], "stream": true});
+    let (status, _, stream) = post(&proxy, &path, "k2", &streamed).await;
+    assert_eq!(status, 200);
+    assert!(stream.ends_with("data: [DONE]\n\n"));
+    let (_, replayed, again) = post(&proxy, &path, "k2", &streamed).await;
+    assert!(replayed);
+    assert_eq!(again, stream);
+    assert_eq!(proxy.worker.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn concurrent_retries_wait_for_the_first_and_failures_are_not_kept() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/chat/completions");
+    let body = json!({"messages": [{"role": "user", "content": "a"}]});
+    proxy
+        .worker
+        .push(Reply::Delayed(300, vec![Sample::stop(chars("slow"))]));
+    let (a, b) = futures::join!(
+        post(&proxy, &path, "k", &body),
+        post(&proxy, &path, "k", &body)
+    );
+    assert_eq!(a.2, b.2, "both get the one reply");
+    assert!(a.1 != b.1, "one ran, the other was replayed");
+    assert_eq!(proxy.worker.requests().len(), 1);
+
+    // A failed turn keeps nothing: its retry runs.
+    proxy.worker.push(Reply::Error(400, "prompt too long"));
+    let next = json!({"messages": [{"role": "user", "content": "b"}]});
+    let (status, _, _) = post(&proxy, &path, "k-fail", &next).await;
+    assert_eq!(status, 400);
+    proxy.worker.push_sample(Sample::stop(chars("ok")));
+    let (status, replayed, _) = post(&proxy, &path, "k-fail", &next).await;
+    assert_eq!((status, replayed), (200, false));
+}
