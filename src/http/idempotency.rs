@@ -146,6 +146,6 @@ impl MessageBody for Recording {
             }
             _ => {}
         }
-        next.map(|item| item.map(|result| result.map_err(Into::into)))
+        next
     }
 }
