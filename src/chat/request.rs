@@ -189,18 +189,7 @@ impl ChatRequest {
                 "'n' must be between 1 and {MAX_N}"
             )));
         }
-        if let Some(t) = body.temperature
-            && !(0.0..=MAX_TEMPERATURE).contains(&t)
-        {
-            return Err(RequestError::Invalid(format!(
-                "'temperature' must be between 0 and {MAX_TEMPERATURE}, not {t}"
-            )));
-        }
-        if let Some(p) = body.top_p
-            && !(0.0..=1.0).contains(&p)
-        {
-            return Err(RequestError::Invalid("'top_p' must be in [0, 1]".into()));
-        }
+        check_sampling(body.temperature, body.top_p)?;
         if body.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
             return Err(RequestError::Invalid(format!(
                 "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
@@ -268,6 +257,23 @@ impl ChatRequest {
             ToolChoice::Auto | ToolChoice::Required => declared.map(str::to_string).collect(),
         }
     }
+}
+
+/// Checks `temperature` and `top_p` are in range.
+pub fn check_sampling(temperature: Option<f64>, top_p: Option<f64>) -> Result<(), RequestError> {
+    if let Some(t) = temperature
+        && !(0.0..=MAX_TEMPERATURE).contains(&t)
+    {
+        return Err(RequestError::Invalid(format!(
+            "'temperature' must be between 0 and {MAX_TEMPERATURE}, not {t}"
+        )));
+    }
+    if let Some(p) = top_p
+        && !(0.0..=1.0).contains(&p)
+    {
+        return Err(RequestError::Invalid("'top_p' must be in [0, 1]".into()));
+    }
+    Ok(())
 }
 
 fn parse_tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {

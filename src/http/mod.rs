@@ -73,53 +73,74 @@ fn render_reply(rendered: crate::turn::RenderedTurn) -> actix_web::HttpResponse 
 /// the request served most often. None of those patterns matches a fixed route's path;
 /// `/{uuid}` would (`/health`), so it stays last.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route(
+    let post = web::post;
+    let get = web::get;
+    cfg.service(at(
         "/{uuid}/v1/chat/completions",
-        web::post().to(openai::chat::completions),
-    )
-    .route(
+        post().to(openai::chat::completions),
+    ))
+    .service(at(
         "/{uuid}/v1/chat/completions/render",
-        web::post().to(openai::chat::render),
-    )
-    .route(
+        post().to(openai::chat::render),
+    ))
+    .service(at(
         "/{uuid}/v1/completions",
-        web::post().to(openai::completions::completions),
-    )
-    .route("/{uuid}/v1/messages", web::post().to(anthropic::messages))
-    .route(
+        post().to(openai::completions::completions),
+    ))
+    .service(at("/{uuid}/v1/messages", post().to(anthropic::messages)))
+    .service(at(
         "/{uuid}/v1/messages/count_tokens",
-        web::post().to(anthropic::count_tokens),
-    )
-    .route(
+        post().to(anthropic::count_tokens),
+    ))
+    .service(at(
         "/{uuid}/v1/messages/render",
-        web::post().to(anthropic::render),
-    )
-    .route("/{uuid}/v1/responses", web::post().to(responses::create))
-    .route(
+        post().to(anthropic::render),
+    ))
+    .service(at("/{uuid}/v1/responses", post().to(responses::create)))
+    .service(at(
         "/{uuid}/v1/responses/render",
-        web::post().to(responses::render),
-    )
-    .route(
+        post().to(responses::render),
+    ))
+    .service(at(
         "/{uuid}/v1/responses/{id}",
-        web::get().to(responses::retrieve),
-    )
-    .route("/{uuid}/nodes", web::get().to(sessions::nodes))
-    .route("/{uuid}/v1/models", web::get().to(admin::session_models))
-    .route(
+        get().to(responses::retrieve),
+    ))
+    .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
+    .service(at("/{uuid}/v1/models", get().to(admin::session_models)))
+    .service(at(
         "/{uuid}/v1/models/{model:.+}",
-        web::get().to(admin::session_model),
-    )
-    .route("/health", web::get().to(admin::health))
-    .route("/v1/models", web::get().to(admin::models))
-    .route("/v1/models/{model:.+}", web::get().to(admin::model))
-    .route("/servers", web::get().to(admin::servers))
-    .route("/setup", web::post().to(admin::setup))
-    .route("/sessions/create", web::post().to(sessions::create))
-    .route("/sessions", web::get().to(sessions::list))
-    .route("/{uuid}", web::delete().to(sessions::delete))
+        get().to(admin::session_model),
+    ))
+    .service(at("/health", get().to(admin::health)))
+    .service(at("/v1/models", get().to(admin::models)))
+    .service(at("/v1/models/{model:.+}", get().to(admin::model)))
+    .service(at("/servers", get().to(admin::servers)))
+    .service(at("/setup", post().to(admin::setup)))
+    .service(at("/sessions/create", post().to(sessions::create)))
+    .service(at("/sessions", get().to(sessions::list)))
+    .service(at("/{uuid}", web::delete().to(sessions::delete)))
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))
     }));
+}
+
+/// A route whose other methods get a 405 in the API's error shape (actix's own has no body).
+fn at(path: &str, route: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(method_not_allowed))
+}
+
+async fn method_not_allowed(request: actix_web::HttpRequest) -> actix_web::HttpResponse {
+    let error = ApiError::new(
+        actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!("{} is not allowed on {}", request.method(), request.path()),
+    );
+    match request.path().contains("/v1/messages") {
+        true => actix_web::ResponseError::error_response(&anthropic::AnthropicError::from(error)),
+        false => actix_web::ResponseError::error_response(&error),
+    }
 }
 
 impl AppState {

@@ -100,6 +100,7 @@ pub async fn completions(
             "'n' must be between 1 and {MAX_N}"
         )));
     }
+    crate::chat::request::check_sampling(body.temperature, body.top_p)?;
     if body.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
         return Err(ApiError::bad_request(format!(
             "'logprobs' must be at most {MAX_TOP_LOGPROBS}"
