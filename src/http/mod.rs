@@ -58,6 +58,37 @@ impl AppState {
     }
 }
 
+/// An API a turn may come in by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI chat completions.
+    Chat,
+    /// Anthropic Messages.
+    Messages,
+    /// OpenAI Responses.
+    Responses,
+}
+
+/// The turn a request body asks for, read as the route of `api` reads it (without a
+/// session: no stored responses). The fuzz targets drive every API's reader through this.
+pub fn read_turn(api: Api, body: &[u8]) -> Result<crate::chat::ChatRequest, ApiError> {
+    match api {
+        Api::Chat => Ok(crate::chat::ChatRequest::from_body(
+            body::parse_json(body)?,
+            None,
+        )?),
+        Api::Messages => {
+            let body: anthropic::MessagesBody = body::parse_json(body)?;
+            Ok(body.into_request(None, false)?)
+        }
+        Api::Responses => {
+            let mut body: responses::ResponsesBody = body::parse_json(body)?;
+            let items = responses::input_items(std::mem::take(&mut body.input))?;
+            Ok(body.to_request(&items, None)?)
+        }
+    }
+}
+
 /// The reply of every API's `/render`: the prompt as text, its ids, and the node it extends.
 fn render_reply(rendered: crate::turn::RenderedTurn) -> actix_web::HttpResponse {
     actix_web::HttpResponse::Ok().json(serde_json::json!({

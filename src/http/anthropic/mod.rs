@@ -14,7 +14,8 @@ use crate::session::Session;
 use crate::turn::RenderedTurn;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError, web};
-use request::{KNOWN_FIELDS, MessagesBody};
+use request::KNOWN_FIELDS;
+pub use request::MessagesBody;
 use serde_json::{Value, json};
 use std::sync::Arc;
 

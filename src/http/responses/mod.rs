@@ -14,7 +14,8 @@ use super::{ApiError, AppState};
 use crate::session::Session;
 use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
-use request::{KNOWN_FIELDS, ResponsesBody, input_items};
+use request::KNOWN_FIELDS;
+pub use request::{ResponsesBody, input_items};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 

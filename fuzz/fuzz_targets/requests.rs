@@ -1,0 +1,12 @@
+//! Every API's request reader on arbitrary bytes: each answers with a request or an error,
+//! never a panic (the HTTP tests check the errors' shapes; this checks nothing else breaks).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rollout_proxy::http::{Api, read_turn};
+
+fuzz_target!(|data: &[u8]| {
+    for api in [Api::Chat, Api::Messages, Api::Responses] {
+        let _ = read_turn(api, data);
+    }
+});
