@@ -56,7 +56,7 @@ fn first_turn(seed: u32) -> CommitRecord {
 fn a_hundred_thousand_sessions_come_and_go_and_memory_comes_back() {
     let store = SessionStore::default();
     // Warm up the allocator's classes and the map's capacity with a first round.
-    let mut churn = |n: u32| {
+    let churn = |n: u32| {
         for i in 0..n {
             let session = store.create(SessionOptions::default()).unwrap();
             {
