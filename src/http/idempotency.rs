@@ -38,6 +38,9 @@ pub async fn once_per_key(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    if key.is_none() {
+        return Ok(next.call(request).await?.map_into_boxed_body());
+    }
     let state = request.app_data::<web::Data<AppState>>().cloned();
     let session = request.path().split('/').nth(1).map(str::to_string);
     let is_turn =
