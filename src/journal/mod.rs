@@ -395,3 +395,124 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generation::FinishReason;
+    use crate::session::{SegmentCheck, SessionOptions};
+    use crate::turn::{Base, CommitRecord, RecordedChoice, TurnLabels, TurnLog};
+
+    fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
+        CommitRecord {
+            base: node.map_or(Base::New { divergence: None }, |node| Base::Extend { node }),
+            new_prompt: (0..64).map(|i| i + seed).collect(),
+            history: Vec::new(),
+            next_check: SegmentCheck {
+                prefix_len: 1,
+                prefix_hash: 2,
+                generation_prompt: Some("<think>".into()),
+            },
+            labels: TurnLabels {
+                api: "messages",
+                tools_left_out: vec!["web_search".into()],
+                nudge: None,
+            },
+            track_tree: false,
+            choices: vec![RecordedChoice {
+                token_ids: vec![seed, seed + 1],
+                logprobs: vec![-0.25, -0.5],
+                finish_reason: FinishReason::Stop,
+                stop: Some(crate::generation::StopMatch::Text("###".into())),
+                weight_version: Some("v1".into()),
+                cached_tokens: Some(3),
+                approximate: false,
+                end_token_text: Some("<|im_end|>".into()),
+                tool_calls: vec![crate::session::IssuedToolCall {
+                    id: "toolu_0".into(),
+                    call_hash: 9,
+                }],
+                fingerprints: vec![1, 2],
+                backend: "b".into(),
+            }],
+        }
+    }
+
+    /// Every session's nodes, as text, by id: what a restart must reproduce.
+    fn snapshot(store: &SessionStore) -> Vec<(Uuid, String)> {
+        let mut all: Vec<_> = store
+            .list()
+            .iter()
+            .map(|s| {
+                let state = s.state.try_lock().unwrap();
+                let nodes: Vec<_> = state
+                    .nodes
+                    .iter()
+                    .map(|n| format!("{:?} {:?}", n.tokens(), n.turns))
+                    .collect();
+                (s.id, nodes.join("|"))
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn entries_read_back_as_written() {
+        let entry = Entry::Committed {
+            id: Uuid::new_v4(),
+            record: turn(Some(2), 7),
+        };
+        let mut bytes = Vec::new();
+        codec::encode(&entry, &mut bytes);
+        assert_eq!(codec::decode(&bytes).unwrap(), entry);
+        assert!(codec::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn compacting_at_run_time_keeps_every_live_session_and_appends_after_it() {
+        // Under the build's folder, like the integration tests' files.
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/tmp")
+            .join(format!("journal-{}", Uuid::new_v4()));
+        let store = SessionStore::default();
+        let (journal, _) = Journal::open(&dir, &store).unwrap();
+        let mut kept = Vec::new();
+        for i in 0..40u32 {
+            let session = store.create(SessionOptions::default()).unwrap();
+            journal
+                .append(&Entry::Created {
+                    id: session.id,
+                    options: session.options.clone(),
+                    created_at: session.created_at,
+                })
+                .unwrap();
+            for t in 0..3 {
+                let record = turn((t > 0).then_some(0), i * 10 + t);
+                journal.committed(session.id, &record).unwrap();
+                crate::turn::apply(&mut session.state.try_lock().unwrap(), &record);
+            }
+            if i % 4 == 0 {
+                kept.push(session.id);
+            } else {
+                journal.append(&Entry::Deleted { id: session.id }).unwrap();
+                store.remove(&session.id.to_string());
+            }
+        }
+        let before = journal.size();
+        journal.compact().unwrap();
+        assert!(journal.size() * 3 < before, "{before} → {}", journal.size());
+        // Appends go on into the compacted file.
+        let last = store.get(&kept[0].to_string()).unwrap();
+        let record = turn(Some(0), 999);
+        journal.committed(last.id, &record).unwrap();
+        crate::turn::apply(&mut last.state.try_lock().unwrap(), &record);
+        drop(journal);
+
+        let restored = SessionStore::default();
+        let (_, replayed) = Journal::open(&dir, &restored).unwrap();
+        assert_eq!(replayed.sessions, kept.len());
+        assert_eq!(snapshot(&restored), snapshot(&store));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
