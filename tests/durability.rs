@@ -246,3 +246,45 @@ async fn sigterm_drains_turns_under_way_then_exits_cleanly() {
     );
     drop(server);
 }
+
+/// Stored Responses API replies survive a restart: `GET` finds them and a request continues
+/// one by `previous_response_id`, extending the same node.
+#[tokio::test]
+async fn stored_responses_survive_a_restart() {
+    let dir = scratch_dir("durability-responses");
+    let worker = upstream();
+    let port = free_port();
+    let client = Client {
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    let server = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    let first = client
+        .post(&format!("/{uuid}/v1/responses"), json!({"input": "hello"}))
+        .await;
+    let id = first["id"].as_str().unwrap().to_string();
+    drop(server);
+    let _server = serve(&dir, port, &worker.url).await;
+    let stored: Value = client
+        .http
+        .get(format!("{}/{uuid}/v1/responses/{id}", client.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored, first);
+    let next = client
+        .post(
+            &format!("/{uuid}/v1/responses"),
+            json!({"input": "and again", "previous_response_id": id}),
+        )
+        .await;
+    assert_eq!(next["status"], "completed", "{next}");
+    let (_, nodes) = client.nodes_text(&uuid).await;
+    let nodes: Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 1, "{nodes}");
+    assert_eq!(nodes["nodes"][0]["metadata"]["num_turns"], 2);
+}

@@ -43,6 +43,17 @@ pub enum Entry {
         /// The session.
         id: Uuid,
     },
+    /// A Responses API reply was stored on the session (for `previous_response_id`).
+    Stored {
+        /// The session.
+        id: Uuid,
+        /// The response's id.
+        response_id: String,
+        /// The conversation's items up to and with its output, as JSON.
+        items: String,
+        /// The response object, as JSON.
+        body: String,
+    },
 }
 
 impl Entry {
@@ -52,7 +63,8 @@ impl Entry {
             Self::Created { id, .. }
             | Self::Committed { id, .. }
             | Self::Relabelled { id, .. }
-            | Self::Deleted { id } => *id,
+            | Self::Deleted { id }
+            | Self::Stored { id, .. } => *id,
         }
     }
 }
@@ -120,6 +132,18 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
             w.u8(4);
             w.id(id);
         }
+        Entry::Stored {
+            id,
+            response_id,
+            items,
+            body,
+        } => {
+            w.u8(5);
+            w.id(id);
+            w.str(response_id);
+            w.str(items);
+            w.str(body);
+        }
     }
 }
 
@@ -181,6 +205,12 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
             label: intern(&r.string()?),
         },
         4 => Entry::Deleted { id },
+        5 => Entry::Stored {
+            id,
+            response_id: r.string()?,
+            items: r.string()?,
+            body: r.string()?,
+        },
         _ => return Err(Corrupt("kind")),
     };
     if !r.bytes.is_empty() {

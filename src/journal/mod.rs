@@ -393,6 +393,20 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
                 replayed.sessions -= 1;
             }
         }
+        Entry::Stored {
+            id,
+            response_id,
+            items,
+            body,
+        } => {
+            let stored = serde_json::from_str(&items)
+                .ok()
+                .zip(serde_json::from_str(&body).ok());
+            if let (Some(session), Some((items, body))) = (store.get(&id.to_string()), stored) {
+                let response = crate::session::responses::StoredResponse { items, body };
+                session.responses.insert(response_id, response);
+            }
+        }
     }
 }
 
