@@ -9,8 +9,8 @@
 
 use rollout_proxy::generation::FinishReason;
 use rollout_proxy::journal::{Entry, Journal};
+use rollout_proxy::session::{CommitRecord, RecordedChoice, SessionLog, Start, TurnLabels};
 use rollout_proxy::session::{SegmentCheck, SessionOptions, SessionStore};
-use rollout_proxy::turn::{Base, CommitRecord, RecordedChoice, TurnLabels, TurnLog};
 use std::time::Instant;
 
 fn env_or(key: &str, default: usize) -> usize {
@@ -28,9 +28,9 @@ fn turn(node: Option<usize>, prompt: usize, sampled: usize, seed: u32) -> Commit
         generation_prompt: None,
     };
     CommitRecord {
-        base: match node {
-            Some(node) => Base::Extend { node },
-            None => Base::New { divergence: None },
+        start: match node {
+            Some(node) => Start::Extend { node },
+            None => Start::New { divergence: None },
         },
         new_prompt: (0..prompt as u32)
             .map(|i| (i * 7 + seed) % 150_000)

@@ -206,7 +206,7 @@ impl Settings {
                     seconds = started.elapsed().as_secs_f64(),
                     "journal replayed"
                 );
-                Some(Arc::new(journal))
+                Some(Arc::new(journal) as Arc<dyn crate::session::SessionLog>)
             }
             None => None,
         };
@@ -228,7 +228,7 @@ impl Settings {
                     .or(engine_context)
                     .map(|n| n as usize),
                 max_session_tokens: self.max_session_tokens.map(|n| n as usize),
-                log: journal.clone().map(|j| j as Arc<dyn crate::turn::TurnLog>),
+                log: journal.clone(),
                 under_way: Default::default(),
             },
             sessions,

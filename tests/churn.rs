@@ -4,8 +4,8 @@
 //! binary, so the memory is its own.
 
 use rollout_proxy::generation::FinishReason;
+use rollout_proxy::session::{CommitRecord, RecordedChoice, Start, TurnLabels, apply};
 use rollout_proxy::session::{SegmentCheck, SessionOptions, SessionStore};
-use rollout_proxy::turn::{Base, CommitRecord, RecordedChoice, TurnLabels, apply};
 
 #[global_allocator]
 static ALLOCATOR: rollout_proxy::memory::Allocator = rollout_proxy::memory::Allocator;
@@ -23,7 +23,7 @@ fn rss_mib() -> f64 {
 /// A first turn of 400 prompt and 40 sampled tokens.
 fn first_turn(seed: u32) -> CommitRecord {
     CommitRecord {
-        base: Base::New { divergence: None },
+        start: Start::New { divergence: None },
         new_prompt: (0..400).map(|i| (i * 31 + seed) % 150_000).collect(),
         history: Vec::new(),
         next_check: SegmentCheck {

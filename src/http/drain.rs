@@ -50,10 +50,8 @@ pub async fn drain(state: Arc<AppState>, server: ServerHandle, timeout: Duration
     if left > 0 {
         tracing::warn!(left, "drain timeout: stopping with turns under way");
     }
-    if let Some(journal) = &state.journal
-        && let Err(error) = journal.sync()
-    {
-        tracing::error!(%error, "journal sync failed");
+    if let Err(error) = state.keep(|log| log.sync()) {
+        tracing::error!(%error, "syncing the session log failed");
     }
     server.stop(true).await;
 }

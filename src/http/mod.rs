@@ -37,8 +37,8 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// The journal sessions are written to (`--data-dir`).
-    pub journal: Option<Arc<crate::journal::Journal>>,
+    /// Where sessions are kept beyond the process (`--data-dir`: the journal).
+    pub journal: Option<Arc<dyn crate::session::SessionLog>>,
     /// The keys callers must present (none: every route is open).
     pub keys: auth::Keys,
     /// Set when the proxy drains: new work is refused.
@@ -186,19 +186,23 @@ impl AppState {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Journals `entry` when sessions are journaled; a 503 when it cannot be written.
-    pub fn journal(&self, entry: &crate::journal::Entry) -> Result<(), ApiError> {
-        match &self.journal {
-            Some(journal) => journal.append(entry).map_err(|error| {
-                tracing::error!(%error, "journal write failed");
-                ApiError::new(
-                    actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable_error",
-                    format!("the session change could not be journaled: {error}"),
-                )
-            }),
-            None => Ok(()),
-        }
+    /// Has the session log (when sessions are kept beyond the process) keep a change; a 503
+    /// when it cannot.
+    pub fn keep(
+        &self,
+        change: impl FnOnce(&dyn crate::session::SessionLog) -> Result<(), crate::session::LogError>,
+    ) -> Result<(), ApiError> {
+        let Some(log) = &self.journal else {
+            return Ok(());
+        };
+        change(log.as_ref()).map_err(|error| {
+            tracing::error!(%error, "the session log failed");
+            ApiError::new(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                format!("the session change could not be journaled: {error}"),
+            )
+        })
     }
 
     /// The 404 for a session that is not here: expired (with the limit), or unknown.
@@ -228,7 +232,7 @@ async fn expire_idle_sessions(state: Arc<AppState>) {
         let expired = state.sessions.expire_idle();
         for &id in &expired {
             // Logged inside; the session is gone from memory either way.
-            let _ = state.journal(&crate::journal::Entry::Deleted { id });
+            let _ = state.keep(|log| log.deleted(id));
         }
         if !expired.is_empty() {
             state.freed.note();
@@ -246,8 +250,7 @@ async fn release_freed_memory(state: Arc<AppState>) {
         if state.freed.take() {
             let _ = tokio::task::spawn_blocking(crate::memory::release_freed).await;
             if let Some(journal) = state.journal.clone() {
-                let compacted =
-                    tokio::task::spawn_blocking(move || journal.compact_if_worthwhile());
+                let compacted = tokio::task::spawn_blocking(move || journal.tidy());
                 if let Ok(Err(error)) = compacted.await {
                     tracing::error!(%error, "journal compaction failed");
                 }

@@ -2,7 +2,6 @@
 
 use super::body::read_json;
 use super::{ApiError, AppState};
-use crate::journal::Entry;
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
 use crate::tools::ToolFormat;
@@ -59,12 +58,7 @@ pub async fn create(
                 full.to_string(),
             )
         })?;
-    let created = Entry::Created {
-        id: session.id,
-        options: session.options.clone(),
-        created_at: session.created_at,
-    };
-    if let Err(error) = state.journal(&created) {
+    if let Err(error) = state.keep(|log| log.created(&session)) {
         state.sessions.remove(&session.id.to_string());
         return Err(error);
     }
@@ -104,7 +98,7 @@ pub async fn delete(
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
     let session = state.sessions.get(&id).ok_or_else(|| state.missing(&id))?;
-    state.journal(&Entry::Deleted { id: session.id })?;
+    state.keep(|log| log.deleted(session.id))?;
     state.sessions.remove(&id);
     state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))

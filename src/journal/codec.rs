@@ -3,10 +3,9 @@
 //! so compaction can sort frames by session without decoding them.
 
 use crate::generation::{FinishReason, StopMatch};
-use crate::session::SessionOptions;
+use crate::session::{CommitRecord, RecordedChoice, SessionOptions, Start, TurnLabels};
 use crate::session::{Divergence, HistoryEntry, HistoryMode, IssuedToolCall, SegmentCheck};
 use crate::tools::ToolFormat;
-use crate::turn::{Base, CommitRecord, RecordedChoice, TurnLabels};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -267,12 +266,12 @@ impl Writer<'_> {
         self.opt_str(check.generation_prompt.as_deref());
     }
     fn record(&mut self, record: &CommitRecord) {
-        match &record.base {
-            Base::Extend { node } => {
+        match &record.start {
+            Start::Extend { node } => {
                 self.u8(0);
                 self.u32(*node as u32);
             }
-            Base::New { divergence } => {
+            Start::New { divergence } => {
                 self.u8(1);
                 self.bool(divergence.is_some());
                 if let Some(d) = divergence {
@@ -416,11 +415,11 @@ impl<'b> Reader<'b> {
         })
     }
     fn record(&mut self) -> Result<CommitRecord, Corrupt> {
-        let base = match self.u8()? {
-            0 => Base::Extend {
+        let start = match self.u8()? {
+            0 => Start::Extend {
                 node: self.u32()? as usize,
             },
-            1 => Base::New {
+            1 => Start::New {
                 divergence: match self.bool()? {
                     false => None,
                     true => Some(Divergence {
@@ -453,7 +452,7 @@ impl<'b> Reader<'b> {
             .map(|_| self.choice())
             .collect::<Result<_, _>>()?;
         Ok(CommitRecord {
-            base,
+            start,
             new_prompt,
             history,
             next_check,

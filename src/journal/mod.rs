@@ -4,7 +4,7 @@
 //!
 //! The journal is one append-only file of frames: the payload's length (u32), its XXH3
 //! checksum (u64), the payload (an [`Entry`], [`codec`]). A turn is journaled as the
-//! [`crate::turn::CommitRecord`] the session applies, so replaying applies exactly what was
+//! [`crate::session::CommitRecord`] the session applies, so replaying applies exactly what was
 //! applied. A write completes into the operating system before the reply, which a `kill -9`
 //! cannot undo (only a power loss could; `sync` is called when the proxy drains). A frame cut
 //! short by a crash mid-write fails its checksum and is dropped at the next start, with
@@ -16,7 +16,8 @@ pub mod codec;
 
 pub use codec::Entry;
 
-use crate::session::SessionStore;
+use crate::session::responses::StoredResponse;
+use crate::session::{CommitRecord, LogError, Session, SessionLog, SessionStore};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -257,22 +258,63 @@ impl Journal {
     }
 }
 
-impl crate::turn::TurnLog for Journal {
-    fn committed(&self, session: Uuid, record: &crate::turn::CommitRecord) -> Result<(), String> {
+impl SessionLog for Journal {
+    fn created(&self, session: &Session) -> Result<(), LogError> {
+        let entry = Entry::Created {
+            id: session.id,
+            options: session.options.clone(),
+            created_at: session.created_at,
+        };
+        self.append(&entry).map_err(log_error)
+    }
+
+    fn deleted(&self, session: Uuid) -> Result<(), LogError> {
+        self.append(&Entry::Deleted { id: session })
+            .map_err(log_error)
+    }
+
+    fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError> {
         self.append_with(session, false, |out| {
             codec::encode_commit(session, record, out)
         })
-        .map_err(|e| e.to_string())
+        .map_err(log_error)
     }
 
-    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), String> {
+    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError> {
         let entry = Entry::Relabelled {
             id: session,
             node,
             label,
         };
-        self.append(&entry).map_err(|e| e.to_string())
+        self.append(&entry).map_err(log_error)
     }
+
+    fn stored(
+        &self,
+        session: Uuid,
+        response_id: &str,
+        response: &StoredResponse,
+    ) -> Result<(), LogError> {
+        let entry = Entry::Stored {
+            id: session,
+            response_id: response_id.to_string(),
+            items: serde_json::to_string(&response.items).unwrap_or_default(),
+            body: response.body.to_string(),
+        };
+        self.append(&entry).map_err(log_error)
+    }
+
+    fn tidy(&self) -> Result<(), LogError> {
+        self.compact_if_worthwhile().map_err(log_error)
+    }
+
+    fn sync(&self) -> Result<(), LogError> {
+        Journal::sync(self).map_err(log_error)
+    }
+}
+
+fn log_error(error: JournalError) -> LogError {
+    LogError(error.to_string())
 }
 
 impl Space {
@@ -374,7 +416,7 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
                     .state
                     .try_lock()
                     .expect("no turn runs during replay");
-                crate::turn::apply(&mut state, &record);
+                crate::session::apply(&mut state, &record);
                 session.set_num_nodes(state.nodes.len());
                 replayed.turns += 1;
             }
@@ -403,7 +445,7 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
                 .ok()
                 .zip(serde_json::from_str(&body).ok());
             if let (Some(session), Some((items, body))) = (store.get(&id.to_string()), stored) {
-                let response = crate::session::responses::StoredResponse { items, body };
+                let response = StoredResponse { items, body };
                 session.responses.insert(response_id, response);
             }
         }
@@ -414,12 +456,14 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
 mod tests {
     use super::*;
     use crate::generation::FinishReason;
+    use crate::session::{CommitRecord, RecordedChoice, SessionLog, Start, TurnLabels};
     use crate::session::{SegmentCheck, SessionOptions};
-    use crate::turn::{Base, CommitRecord, RecordedChoice, TurnLabels, TurnLog};
 
     fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
         CommitRecord {
-            base: node.map_or(Base::New { divergence: None }, |node| Base::Extend { node }),
+            start: node.map_or(Start::New { divergence: None }, |node| Start::Extend {
+                node,
+            }),
             new_prompt: (0..64).map(|i| i + seed).collect(),
             history: Vec::new(),
             next_check: SegmentCheck {
@@ -504,7 +548,7 @@ mod tests {
             for t in 0..3 {
                 let record = turn((t > 0).then_some(0), i * 10 + t);
                 journal.committed(session.id, &record).unwrap();
-                crate::turn::apply(&mut session.state.try_lock().unwrap(), &record);
+                crate::session::apply(&mut session.state.try_lock().unwrap(), &record);
             }
             if i % 4 == 0 {
                 kept.push(session.id);
@@ -520,7 +564,7 @@ mod tests {
         let last = store.get(&kept[0].to_string()).unwrap();
         let record = turn(Some(0), 999);
         journal.committed(last.id, &record).unwrap();
-        crate::turn::apply(&mut last.state.try_lock().unwrap(), &record);
+        crate::session::apply(&mut last.state.try_lock().unwrap(), &record);
         drop(journal);
 
         let restored = SessionStore::default();

@@ -7,11 +7,13 @@
 pub mod completion;
 mod ids;
 pub mod node;
+pub mod record;
 pub mod replies;
 pub mod responses;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
 pub use node::{Divergence, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
+pub use record::{CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply};
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};

@@ -12,8 +12,9 @@
 //!    (pure: it reads the session, writes nothing);
 //! 2. sample: the backend pool generates, on the session's backend when it can;
 //! 3. [`reply`]: the sampled ids become visible text, reasoning and tool calls;
-//! 4. [`commit`]: the node is extended with the prompt and the sampled ids, and the reply is
-//!    recorded under the fingerprints ([`matching`]) by which the next turn recognises it.
+//! 4. [`commit`]: the turn becomes a [`crate::session::CommitRecord`] (the prompt, the
+//!    sampled ids, the fingerprints ([`matching`]) by which the next turn recognises the reply),
+//!    kept by the session's log when there is one, then applied to the node.
 //!
 //! A turn holds its session's lock from planning to commit, so turns on one session never
 //! interleave, and a turn that fails (or whose client hangs up) changes nothing.
@@ -30,7 +31,7 @@ pub mod segments;
 pub mod stream;
 mod text_prompt;
 
-pub use commit::{CommitRecord, RecordedChoice, TurnLabels, apply, commit};
+pub use commit::commit;
 pub use pipeline::{Pipeline, RenderedTurn};
 pub use plan::{Base, Plan, RenderedPrompt, prepare};
 pub use render::GenerationPrompts;
@@ -94,20 +95,6 @@ pub enum TurnError {
         /// The context window.
         context: usize,
     },
-}
-
-/// Where committed turns are written down before they are applied (the journal, with
-/// `--data-dir`): a turn that cannot be written fails, and the session stays as it was.
-pub trait TurnLog: Send + Sync + std::fmt::Debug {
-    /// Writes down a turn of session `session` about to be applied.
-    fn committed(&self, session: uuid::Uuid, record: &CommitRecord) -> Result<(), String>;
-    /// Writes down a new nudge label of `node`'s last turn.
-    fn relabelled(
-        &self,
-        session: uuid::Uuid,
-        node: usize,
-        label: &'static str,
-    ) -> Result<(), String>;
 }
 
 /// The model-side pieces every turn needs.

@@ -3,13 +3,12 @@
 use super::nudge::{deserves_nudge, nudge_request};
 use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
-    ChoiceOutput, CommitRecord, Plan, TextPrompt, TurnContext, TurnError, TurnLabels, TurnOutput,
-    apply, prepare, prepare_text,
+    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnOutput, prepare, prepare_text,
 };
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
 use crate::generation::{GenerateRequest, SamplingParams};
-use crate::session::{Session, SessionState};
+use crate::session::{CommitRecord, Session, SessionLog, SessionState, TurnLabels, apply};
 use std::sync::Arc;
 
 /// Runs turns: the model-side pieces and the backend pool. Cheap to clone.
@@ -26,7 +25,7 @@ pub struct Pipeline {
     /// lowers `max_tokens`, and a prompt that reaches it is refused.
     pub max_session_tokens: Option<usize>,
     /// Where turns are written down before they are applied (`--data-dir`).
-    pub log: Option<Arc<dyn super::TurnLog>>,
+    pub log: Option<Arc<dyn SessionLog>>,
     /// Turns under way (a drain waits for them).
     pub under_way: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -242,7 +241,7 @@ impl Pipeline {
     ) -> Result<Vec<usize>, TurnError> {
         if let Some(log) = &self.log {
             log.committed(session.id, &record)
-                .map_err(TurnError::Journal)?;
+                .map_err(|e| TurnError::Journal(e.0))?;
         }
         let nodes = apply(state, &record);
         session.set_num_nodes(state.nodes.len());
@@ -259,7 +258,7 @@ impl Pipeline {
     ) -> Result<(), TurnError> {
         if let Some(log) = &self.log {
             log.relabelled(session.id, node, label)
-                .map_err(TurnError::Journal)?;
+                .map_err(|e| TurnError::Journal(e.0))?;
         }
         state.relabel(node, label);
         Ok(())

@@ -22,8 +22,8 @@ use std::sync::Arc;
 /// Where a finished response is kept (when the request lets it be).
 pub struct Finished {
     session: Arc<Session>,
-    /// Where the stored response is journaled too (`--data-dir`).
-    journal: Option<Arc<crate::journal::Journal>>,
+    /// Where the stored response is kept beyond the process too (`--data-dir`).
+    journal: Option<Arc<dyn crate::session::SessionLog>>,
     store: bool,
     /// The conversation's input items, earlier responses' included.
     items: Vec<Value>,
@@ -39,25 +39,17 @@ fn keep(finished: Finished, output: &[Value], response: &Value) {
     };
     let mut items = finished.items;
     items.extend(output.iter().cloned());
-    if let Some(journal) = &finished.journal {
-        let entry = crate::journal::Entry::Stored {
-            id: finished.session.id,
-            response_id: id.to_string(),
-            items: serde_json::to_string(&items).unwrap_or_default(),
-            body: response.to_string(),
-        };
-        // The reply is sent already: a failed write only loses the stored copy on a restart.
-        if let Err(error) = journal.append(&entry) {
-            tracing::error!(%error, "journaling a stored response failed");
-        }
+    let stored = StoredResponse {
+        items,
+        body: response.clone(),
+    };
+    // The reply is sent already: a failed write only loses the stored copy on a restart.
+    if let Some(log) = &finished.journal
+        && let Err(error) = log.stored(finished.session.id, id, &stored)
+    {
+        tracing::error!(%error, "keeping a stored response failed");
     }
-    finished.session.responses.insert(
-        id.to_string(),
-        StoredResponse {
-            items,
-            body: response.clone(),
-        },
-    );
+    finished.session.responses.insert(id.to_string(), stored);
 }
 
 /// The session, the body, and the conversation's items (the stored ones of

@@ -1,0 +1,199 @@
+//! A sampled turn as the session records it ([`CommitRecord`]), and [`apply`], which writes
+//! it into the session. The turn pipeline builds the record; a [`SessionLog`] (the journal,
+//! with `--data-dir`) keeps it before it is applied, so a restart applies the very same
+//! records and gets the very same session.
+
+use super::responses::StoredResponse;
+use super::{
+    CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
+    SessionState, TurnRecord,
+};
+use crate::generation::{FinishReason, StopMatch};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// Where a turn's prompt started from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    /// The prompt began with every token of this node.
+    Extend {
+        /// The node's index in the session.
+        node: usize,
+    },
+    /// A new node; `divergence` says why an existing one could not be extended.
+    New {
+        /// Why an existing node could not be extended, when one might have been.
+        divergence: Option<Divergence>,
+    },
+}
+
+/// What a node's turn record says of how the turn was asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnLabels {
+    /// The API the turn came in by.
+    pub api: &'static str,
+    /// Declared tools the prompt leaves out.
+    pub tools_left_out: Vec<String>,
+    /// How a nudge retry went for this attempt (`kept`, ...), if there was one.
+    pub nudge: Option<&'static str>,
+}
+
+/// A sampled turn, as the session records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitRecord {
+    /// Where the prompt started from.
+    pub start: Start,
+    /// The prompt after the base node's ids.
+    pub new_prompt: Vec<u32>,
+    /// History entries of the completed turns inside the prompt.
+    pub history: Vec<HistoryEntry>,
+    /// The check for the text before the sampled turn.
+    pub next_check: SegmentCheck,
+    /// How the turn was asked.
+    pub labels: TurnLabels,
+    /// Every choice becomes its own node, with its parent.
+    pub track_tree: bool,
+    /// The choices, in order.
+    pub choices: Vec<RecordedChoice>,
+}
+
+/// One sampled choice, as the session records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedChoice {
+    /// Every sampled id.
+    pub token_ids: Vec<u32>,
+    /// The backend's logprob of each.
+    pub logprobs: Vec<f32>,
+    /// Why the sample ended.
+    pub finish_reason: FinishReason,
+    /// What stopped it, when the backend said.
+    pub stop: Option<StopMatch>,
+    /// The weight version the backend reported.
+    pub weight_version: Option<String>,
+    /// Prompt tokens served from the backend's prefix cache.
+    pub cached_tokens: Option<u32>,
+    /// The ids were re-tokenized from text.
+    pub approximate: bool,
+    /// The special token the sample ended on.
+    pub end_token_text: Option<String>,
+    /// The calls returned for it.
+    pub tool_calls: Vec<IssuedToolCall>,
+    /// Fingerprints under which a later assistant message matches it.
+    pub fingerprints: Vec<u64>,
+    /// The backend that sampled it.
+    pub backend: Arc<str>,
+}
+
+/// Writes `record` into the session; returns the node index of each choice.
+///
+/// The first choice extends the base node in place (unless `track_tree`); every other choice,
+/// and every choice under `track_tree`, becomes its own node (with `parent` under `track_tree`).
+pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
+    let track_tree = record.track_tree;
+    let base_copy = match record.start {
+        Start::Extend { node } if track_tree || record.choices.len() > 1 => {
+            Some(state.nodes[node].clone())
+        }
+        _ => None,
+    };
+    let mut placed = Vec::with_capacity(record.choices.len());
+    for (i, choice) in record.choices.iter().enumerate() {
+        let (index, mut node) = match (&record.start, &base_copy) {
+            (Start::Extend { node }, _) if i == 0 && !track_tree => {
+                let index = *node;
+                if let Some(last) = state.nodes[index].history.last() {
+                    state.tail_of.remove(&last.completion);
+                }
+                (index, std::mem::take(&mut state.nodes[index]))
+            }
+            (Start::Extend { node }, Some(copy)) => {
+                let mut fresh = copy.clone();
+                fresh.parent = track_tree.then_some(*node);
+                fresh.divergence = None;
+                (state.nodes.len(), fresh)
+            }
+            (Start::New { divergence }, _) => {
+                let mut fresh = Node::default();
+                fresh.divergence = divergence.clone();
+                (state.nodes.len(), fresh)
+            }
+            (Start::Extend { .. }, None) => unreachable!("a copy exists for every extra choice"),
+        };
+        if index == state.nodes.len() {
+            state.nodes.push(Node::default());
+        }
+        let prompt_start = node.len();
+        node.reserve_logprobs(choice.logprobs.len());
+        node.push_prompt(&record.new_prompt);
+        let span = node.push_sampled(&choice.token_ids, &choice.logprobs);
+        node.history = record.history.clone();
+        let completion = state.completions.len();
+        node.history.push(HistoryEntry {
+            completion,
+            before: record.next_check.clone(),
+        });
+        node.turns.push(TurnRecord {
+            prompt_start,
+            completion_start: span.start as usize,
+            completion_tokens: choice.token_ids.len(),
+            finish_reason: choice.finish_reason.as_str(),
+            stop: choice.stop.clone(),
+            weight_version: choice.weight_version.clone(),
+            backend: choice.backend.clone(),
+            cached_tokens: choice.cached_tokens,
+            approximate: choice.approximate,
+            nudge: record.labels.nudge,
+            api: record.labels.api,
+            tools_left_out: record.labels.tools_left_out.clone(),
+        });
+        state.issued_calls += choice.tool_calls.len();
+        state.completions.push(CompletionRecord {
+            node: index,
+            span,
+            previous: record.history.last().map(|h| h.completion),
+            end_token_text: choice.end_token_text.clone(),
+            tool_calls: choice.tool_calls.clone(),
+        });
+        for &fingerprint in &choice.fingerprints {
+            state
+                .by_fingerprint
+                .entry(fingerprint)
+                .or_default()
+                .push(completion);
+        }
+        state.tail_of.insert(completion, index);
+        state.nodes[index] = node;
+        placed.push(index);
+    }
+    placed
+}
+
+/// A store that keeps what happens to sessions, so they outlive the process (the journal of
+/// `--data-dir`; a store shared by several proxies could be another). Every call happens
+/// before the change is answered; an error means the change must not be made.
+pub trait SessionLog: Send + Sync + std::fmt::Debug {
+    /// A session was created.
+    fn created(&self, session: &Session) -> Result<(), LogError>;
+    /// A session was deleted or expired.
+    fn deleted(&self, session: Uuid) -> Result<(), LogError>;
+    /// A turn of `session` is about to be applied.
+    fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
+    /// `node`'s last turn gets a new nudge label.
+    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError>;
+    /// A Responses API reply was stored on `session`.
+    fn stored(
+        &self,
+        session: Uuid,
+        response_id: &str,
+        response: &StoredResponse,
+    ) -> Result<(), LogError>;
+    /// Housekeeping after deletions (the journal compacts); called at most once a second.
+    fn tidy(&self) -> Result<(), LogError>;
+    /// Forces everything to durable storage (when the proxy drains).
+    fn sync(&self) -> Result<(), LogError>;
+}
+
+/// A [`SessionLog`] could not keep a change.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LogError(pub String);
