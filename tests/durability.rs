@@ -36,6 +36,16 @@ fn upstream() -> MockWorker {
     worker
 }
 
+/// A scratch folder, an upstream, a port and a client for one test's proxy.
+fn setup(name: &str) -> (std::path::PathBuf, MockWorker, u16, Client) {
+    let port = free_port();
+    let client = Client {
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    (scratch_dir(name), upstream(), port, client)
+}
+
 struct Client {
     base: String,
     http: reqwest::Client,
@@ -88,13 +98,7 @@ impl Client {
 
 #[tokio::test]
 async fn sessions_survive_kill_9_and_a_torn_frame_is_dropped() {
-    let dir = scratch_dir("durability-kill");
-    let worker = upstream();
-    let port = free_port();
-    let client = Client {
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
+    let (dir, worker, port, client) = setup("durability-kill");
     let mut server = serve(&dir, port, &worker.url).await;
     let (kept, deleted) = (client.session().await, client.session().await);
     let mut messages = Vec::new();
@@ -158,13 +162,7 @@ async fn sessions_survive_kill_9_and_a_torn_frame_is_dropped() {
 
 #[tokio::test]
 async fn deleted_sessions_give_their_space_back() {
-    let dir = scratch_dir("durability-compaction");
-    let worker = upstream();
-    let port = free_port();
-    let client = Client {
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
+    let (dir, worker, port, client) = setup("durability-compaction");
     let server = serve(&dir, port, &worker.url).await;
     let kept = client.session().await;
     client.turn(&kept, &mut Vec::new(), "stay").await;
@@ -199,14 +197,8 @@ async fn deleted_sessions_give_their_space_back() {
 /// and is journaled, and the process exits 0; a restart serves the finished turn.
 #[tokio::test]
 async fn sigterm_drains_turns_under_way_then_exits_cleanly() {
-    let dir = scratch_dir("durability-drain");
-    let worker = upstream();
+    let (dir, worker, port, client) = setup("durability-drain");
     worker.set_token_delay(40);
-    let port = free_port();
-    let client = Client {
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
     let mut server = serve(&dir, port, &worker.url).await;
     let uuid = client.session().await;
     let streamed = client
@@ -251,13 +243,7 @@ async fn sigterm_drains_turns_under_way_then_exits_cleanly() {
 /// one by `previous_response_id`, extending the same node.
 #[tokio::test]
 async fn stored_responses_survive_a_restart() {
-    let dir = scratch_dir("durability-responses");
-    let worker = upstream();
-    let port = free_port();
-    let client = Client {
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
+    let (dir, worker, port, client) = setup("durability-responses");
     let server = serve(&dir, port, &worker.url).await;
     let uuid = client.session().await;
     let first = client
