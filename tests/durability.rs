@@ -274,3 +274,33 @@ async fn stored_responses_survive_a_restart() {
     assert_eq!(nodes["nodes"].as_array().unwrap().len(), 1, "{nodes}");
     assert_eq!(nodes["nodes"][0]["metadata"]["num_turns"], 2);
 }
+
+/// A reply kept under an `Idempotency-Key` is journaled: a retry after a restart gets it,
+/// without a second sample.
+#[tokio::test]
+async fn an_idempotent_reply_survives_a_restart() {
+    let (dir, worker, port, client) = setup("durability-idempotency");
+    let server = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    let body = json!({"messages": [{"role": "user", "content": "once"}]});
+    let send = || {
+        client
+            .http
+            .post(format!("{}/{uuid}/v1/chat/completions", client.base))
+            .header("idempotency-key", "turn-1")
+            .json(&body)
+            .send()
+    };
+    let first = send().await.unwrap().text().await.unwrap();
+    drop(server);
+    let _server = serve(&dir, port, &worker.url).await;
+    let retry = send().await.unwrap();
+    assert!(retry.headers().contains_key("idempotent-replayed"));
+    assert_eq!(retry.text().await.unwrap(), first);
+    let (_, nodes) = client.nodes_text(&uuid).await;
+    let nodes: Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(
+        nodes["nodes"][0]["metadata"]["num_turns"], 1,
+        "not sampled again"
+    );
+}

@@ -2,7 +2,9 @@
 //! every event included) is kept on the session; a retry with the same key and the same body
 //! gets that reply again — without sampling again or forking the node — and a retry that
 //! arrives while the first still runs waits for it. The same key with another body is a 422.
-//! A turn that failed keeps nothing, so its retry runs anew.
+//! A turn that failed keeps nothing, so its retry runs anew. With `--data-dir` the kept replies
+//! are journaled, so a retry after a restart gets them too (a crash between a turn's commit and
+//! the end of its reply still loses that reply).
 
 use super::{ApiError, AppState};
 use crate::session::replies::{KeySlot, RecordedReply};
@@ -97,6 +99,7 @@ pub async fn once_per_key(
         .unwrap_or("application/json")
         .to_string();
     let status = response.status().as_u16();
+    let (log, session) = (state.journal.clone(), session.id);
     Ok(response.map_body(move |_, body| {
         BoxBody::new(Recording {
             body,
@@ -104,6 +107,9 @@ pub async fn once_per_key(
             slot: Some(slot),
             status,
             content_type,
+            log,
+            session,
+            key,
         })
     }))
 }
@@ -116,6 +122,10 @@ struct Recording {
     slot: Option<OwnedMutexGuard<KeySlot>>,
     status: u16,
     content_type: String,
+    /// Where the kept reply is journaled too, so a retry after a restart gets it.
+    log: Option<std::sync::Arc<dyn crate::session::SessionLog>>,
+    session: uuid::Uuid,
+    key: String,
 }
 
 impl MessageBody for Recording {
@@ -145,6 +155,11 @@ impl MessageBody for Recording {
                         content_type: std::mem::take(&mut this.content_type),
                         body: Bytes::from(std::mem::take(&mut this.seen)),
                     });
+                    if let Some(log) = &this.log
+                        && let Err(error) = log.replied(this.session, &this.key, &slot)
+                    {
+                        tracing::error!(%error, "journaling an idempotent reply failed");
+                    }
                 }
             }
             _ => {}

@@ -42,6 +42,21 @@ pub enum Entry {
         /// The session.
         id: Uuid,
     },
+    /// A turn's reply was kept under its `Idempotency-Key`.
+    Replied {
+        /// The session.
+        id: Uuid,
+        /// The key.
+        key: String,
+        /// Hash of the request body the key was used with.
+        body_hash: u64,
+        /// The reply's status.
+        status: u16,
+        /// The reply's content type.
+        content_type: String,
+        /// The reply, whole.
+        body: Vec<u8>,
+    },
     /// A Responses API reply was stored on the session (for `previous_response_id`).
     Stored {
         /// The session.
@@ -63,6 +78,7 @@ impl Entry {
             | Self::Committed { id, .. }
             | Self::Relabelled { id, .. }
             | Self::Deleted { id }
+            | Self::Replied { id, .. }
             | Self::Stored { id, .. } => *id,
         }
     }
@@ -130,6 +146,23 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
         Entry::Deleted { id } => {
             w.u8(4);
             w.id(id);
+        }
+        Entry::Replied {
+            id,
+            key,
+            body_hash,
+            status,
+            content_type,
+            body,
+        } => {
+            w.u8(6);
+            w.id(id);
+            w.str(key);
+            w.u64(*body_hash);
+            w.u32(u32::from(*status));
+            w.str(content_type);
+            w.u32(body.len() as u32);
+            w.0.extend_from_slice(body);
         }
         Entry::Stored {
             id,
@@ -209,6 +242,17 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
             response_id: r.string()?,
             items: r.string()?,
             body: r.string()?,
+        },
+        6 => Entry::Replied {
+            id,
+            key: r.string()?,
+            body_hash: r.u64()?,
+            status: u16::try_from(r.u32()?).map_err(|_| Corrupt("status"))?,
+            content_type: r.string()?,
+            body: {
+                let n = r.len(1)?;
+                r.take(n)?.to_vec()
+            },
         },
         _ => return Err(Corrupt("kind")),
     };

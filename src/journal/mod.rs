@@ -16,6 +16,7 @@ pub mod codec;
 
 pub use codec::Entry;
 
+use crate::session::replies::{KeySlot, RecordedReply};
 use crate::session::responses::StoredResponse;
 use crate::session::{CommitRecord, LogError, Session, SessionLog, SessionStore};
 use std::collections::{HashMap, HashSet};
@@ -289,6 +290,21 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
+    fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError> {
+        let Some(reply) = &slot.reply else {
+            return Ok(());
+        };
+        let entry = Entry::Replied {
+            id: session,
+            key: key.to_string(),
+            body_hash: slot.body_hash,
+            status: reply.status,
+            content_type: reply.content_type.clone(),
+            body: reply.body.to_vec(),
+        };
+        self.append(&entry).map_err(log_error)
+    }
+
     fn stored(
         &self,
         session: Uuid,
@@ -433,6 +449,27 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
         Entry::Deleted { id } => {
             if store.remove(&id.to_string()).is_some() {
                 replayed.sessions -= 1;
+            }
+        }
+        Entry::Replied {
+            id,
+            key,
+            body_hash,
+            status,
+            content_type,
+            body,
+        } => {
+            if let Some(session) = store.get(&id.to_string()) {
+                let reply = RecordedReply {
+                    status,
+                    content_type,
+                    body: body.into(),
+                };
+                let slot = KeySlot {
+                    body_hash,
+                    reply: Some(reply),
+                };
+                session.replies.restore(&key, slot);
             }
         }
         Entry::Stored {

@@ -3,6 +3,7 @@
 //! with `--data-dir`) keeps it before it is applied, so a restart applies the very same
 //! records and gets the very same session.
 
+use super::replies::KeySlot;
 use super::responses::StoredResponse;
 use super::{
     CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
@@ -180,6 +181,8 @@ pub trait SessionLog: Send + Sync + std::fmt::Debug {
     fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
     /// `node`'s last turn gets a new nudge label.
     fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError>;
+    /// A turn's reply was kept under an `Idempotency-Key` of `session`.
+    fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError>;
     /// A Responses API reply was stored on `session`.
     fn stored(
         &self,

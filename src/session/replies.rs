@@ -33,6 +33,14 @@ pub struct KeySlot {
 pub struct Replies(Mutex<VecDeque<(String, Arc<tokio::sync::Mutex<KeySlot>>)>>);
 
 impl Replies {
+    /// Puts back a key's recorded reply (a restart replaying the journal).
+    pub fn restore(&self, key: &str, slot: KeySlot) {
+        let restored = self.slot(key);
+        if let Ok(mut held) = restored.try_lock() {
+            *held = slot;
+        }
+    }
+
     /// The slot of `key` (a new one the first time).
     pub fn slot(&self, key: &str) -> Arc<tokio::sync::Mutex<KeySlot>> {
         let mut keys = self.0.lock().unwrap_or_else(PoisonError::into_inner);
