@@ -88,9 +88,9 @@ pub async fn check(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let keys = request.app_data::<web::Data<Keys>>().cloned();
-    let allowed =
-        keys.is_none_or(|keys| keys.allows(request.method(), request.path(), presented(&request)));
+    let allowed = request
+        .app_data::<web::Data<Keys>>()
+        .is_none_or(|keys| keys.allows(request.method(), request.path(), presented(&request)));
     if allowed {
         return Ok(next.call(request).await?.map_into_boxed_body());
     }

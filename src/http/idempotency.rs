@@ -28,7 +28,7 @@ const TURNS: &[&str] = &[
 
 /// Markers of a failure event in a stream (chat; Messages and Responses): such a reply is not
 /// kept.
-const FAILED: &[&[u8]] = &[b"data: {\"error\"", b"\nevent: error\n", b"event: error\n"];
+const FAILED: &[&[u8]] = &[b"data: {\"error\"", b"event: error\n"];
 
 /// The middleware.
 pub async fn once_per_key(
