@@ -57,6 +57,7 @@ fn turn(node: Option<usize>, prompt: usize, sampled: usize, seed: u32) -> Commit
             fingerprints: vec![u64::from(seed)],
             backend: "http://gpu1:30000".into(),
         }],
+        key: None,
     }
 }
 

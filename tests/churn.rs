@@ -49,6 +49,7 @@ fn first_turn(seed: u32) -> CommitRecord {
             fingerprints: vec![u64::from(seed)],
             backend: "http://gpu:1".into(),
         }],
+        key: None,
     }
 }
 

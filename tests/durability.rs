@@ -304,3 +304,120 @@ async fn an_idempotent_reply_survives_a_restart() {
         "not sampled again"
     );
 }
+
+/// Rewrites the journal in `dir` without its kept replies (kind 6 entries): as if the proxy
+/// had been killed after each keyed turn was journaled but before its reply was sent.
+fn forget_replies(dir: &Path) {
+    let journal = dir.join("journal");
+    let bytes = std::fs::read(&journal).unwrap();
+    let mut kept = bytes[..8].to_vec();
+    let mut at = 8;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let frame = &bytes[at..at + 12 + len];
+        if frame[12] != 6 {
+            kept.extend_from_slice(frame);
+        }
+        at += 12 + len;
+    }
+    assert!(kept.len() < bytes.len(), "the replies were journaled");
+    std::fs::write(&journal, kept).unwrap();
+}
+
+#[tokio::test]
+async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
+    let (dir, worker, port, client) = setup("durability-recorded-turn");
+    worker.respond_with(Arc::new(|prompt: &[u32]| {
+        let call = r#"<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>"#;
+        Sample::stop(chars(&format!("checking {}{call}", prompt.len())))
+    }));
+    let server = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    let tool = json!({"type": "function", "function": {"name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}});
+    let chat = json!({"messages": [{"role": "user", "content": "look"}], "tools": [tool]});
+    let messages = json!({"max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "look again"}],
+        "tools": [{"name": "lookup", "input_schema": tool["function"]["parameters"]}]});
+    let send = |path: &str, key: &str, body: &Value| {
+        client
+            .http
+            .post(format!("{}/{uuid}{path}", client.base))
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+    };
+    let first: Value = send("/v1/chat/completions", "chat-1", &chat)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let other = client.session().await;
+    let first_stream = client
+        .http
+        .post(format!("{}/{other}/v1/messages", client.base))
+        .header("idempotency-key", "messages-1")
+        .json(&messages)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, nodes_before) = client.nodes_text(&uuid).await;
+    let (_, other_before) = client.nodes_text(&other).await;
+    let sampled = worker.requests().len();
+
+    drop(server);
+    forget_replies(&dir);
+    let _server = serve(&dir, port, &worker.url).await;
+    let retry = send("/v1/chat/completions", "chat-1", &chat).await.unwrap();
+    assert_eq!(retry.status(), 200);
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(
+        retry["choices"][0]["message"],
+        first["choices"][0]["message"]
+    );
+    assert_eq!(
+        retry["choices"][0]["message"]["tool_calls"][0]["id"],
+        "call_0"
+    );
+    assert_eq!(retry["usage"], first["usage"]);
+    let retry_stream = client
+        .http
+        .post(format!("{}/{other}/v1/messages", client.base))
+        .header("idempotency-key", "messages-1")
+        .json(&messages)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let blocks = |raw: &str| -> Vec<Value> {
+        common::sse_events(raw)
+            .into_iter()
+            .filter(|(name, _)| name == "content_block_start" || name == "content_block_delta")
+            .map(|(_, data)| data)
+            .collect()
+    };
+    assert_eq!(blocks(&retry_stream), blocks(&first_stream));
+    assert!(retry_stream.contains("message_stop"));
+    assert_eq!(worker.requests().len(), sampled, "nothing sampled again");
+    assert_eq!(client.nodes_text(&uuid).await.1, nodes_before, "no fork");
+    assert_eq!(client.nodes_text(&other).await.1, other_before, "no fork");
+
+    // The rollout goes on from the replayed reply, on the same node.
+    let mut next = chat.clone();
+    let history = next["messages"].as_array_mut().unwrap();
+    history.push(retry["choices"][0]["message"].clone());
+    history.push(json!({"role": "tool", "tool_call_id": "call_0", "content": "found"}));
+    client
+        .post(&format!("/{uuid}/v1/chat/completions"), next)
+        .await;
+    let (_, after) = client.nodes_text(&uuid).await;
+    let after: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(after["nodes"].as_array().unwrap().len(), 1);
+    assert_eq!(after["nodes"][0]["metadata"]["num_turns"], 2);
+}

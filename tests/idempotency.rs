@@ -82,4 +82,17 @@ async fn concurrent_retries_wait_for_the_first_and_failures_are_not_kept() {
     proxy.worker.push_sample(Sample::stop(chars("ok")));
     let (status, replayed, _) = post(&proxy, &path, "k-fail", &next).await;
     assert_eq!((status, replayed), (200, false));
+
+    // So does a stream that failed after its 200 (the error arrives as an event).
+    let streamed = json!({"messages": [{"role": "user", "content": "c"}], "stream": true});
+    proxy
+        .worker
+        .push(Reply::CutStream(2, Sample::stop(chars("cut short"))));
+    let (status, _, failed) = post(&proxy, &path, "k-cut", &streamed).await;
+    assert_eq!(status, 200);
+    assert!(failed.contains("\"error\""), "{failed}");
+    proxy.worker.push_sample(Sample::stop(chars("whole")));
+    let (status, replayed, retried) = post(&proxy, &path, "k-cut", &streamed).await;
+    assert_eq!((status, replayed), (200, false), "the retry runs anew");
+    assert!(!retried.contains("\"error\"") && retried.contains("\"finish_reason\":\"stop\""));
 }

@@ -3,6 +3,7 @@
 use super::messages::{ChatMessage, MessageError};
 use super::wire::WireMessage;
 use crate::generation::SamplingParams;
+use crate::session::replies::TurnKey;
 use crate::tools::{DeclaredTools, ToolsError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -124,6 +125,8 @@ pub struct ChatRequest {
     pub api: &'static str,
     /// Declared tools left out of the prompt (recorded in the node's turn).
     pub tools_left_out: Vec<String>,
+    /// The request's `Idempotency-Key`, recorded with the turn.
+    pub key: Option<TurnKey>,
 }
 
 /// Why a request body cannot be served.
@@ -165,6 +168,7 @@ impl ChatRequest {
             call_id_prefix: "call_",
             api: "chat.completions",
             tools_left_out: Vec::new(),
+            key: None,
         }
     }
 
@@ -234,6 +238,7 @@ impl ChatRequest {
             call_id_prefix: "call_",
             api: "chat.completions",
             tools_left_out: Vec::new(),
+            key: None,
         })
     }
 

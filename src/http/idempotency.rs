@@ -2,12 +2,16 @@
 //! every event included) is kept on the session; a retry with the same key and the same body
 //! gets that reply again — without sampling again or forking the node — and a retry that
 //! arrives while the first still runs waits for it. The same key with another body is a 422.
-//! A turn that failed keeps nothing, so its retry runs anew. With `--data-dir` the kept replies
-//! are journaled, so a retry after a restart gets them too (a crash between a turn's commit and
-//! the end of its reply still loses that reply).
+//!
+//! The key travels with the turn into its commit record (and the journal, with `--data-dir`),
+//! so a turn that was recorded but whose reply never arrived whole — the client hung up, the
+//! proxy was killed — is answered from the record on retry, shaped again from the very ids
+//! the node holds. A turn that failed recorded nothing, keeps nothing, and its retry runs
+//! anew.
 
 use super::{ApiError, AppState};
-use crate::session::replies::{KeySlot, RecordedReply};
+use crate::session::replies::{KeySlot, RecordedReply, TurnKey};
+use crate::session::{Session, SessionLog};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
@@ -16,6 +20,7 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpResponse, web};
 use bytes::Bytes;
 use futures::StreamExt;
+use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
 /// Turn routes: `/{uuid}/v1/...` ending in one of these.
@@ -25,10 +30,6 @@ const TURNS: &[&str] = &[
     "/v1/messages",
     "/v1/responses",
 ];
-
-/// Markers of a failure event in a stream (chat; Messages and Responses): such a reply is not
-/// kept.
-const FAILED: &[&[u8]] = &[b"data: {\"error\"", b"event: error\n"];
 
 /// The middleware.
 pub async fn once_per_key(
@@ -88,6 +89,10 @@ pub async fn once_per_key(
         return Ok(request.into_response(response));
     }
     slot.body_hash = body_hash;
+    request.extensions_mut().insert(TurnKey {
+        key: key.clone(),
+        body_hash,
+    });
     let response = next.call(request).await?.map_into_boxed_body();
     if !response.status().is_success() {
         return Ok(response);
@@ -99,7 +104,7 @@ pub async fn once_per_key(
         .unwrap_or("application/json")
         .to_string();
     let status = response.status().as_u16();
-    let (log, session) = (state.journal.clone(), session.id);
+    let log = state.journal.clone();
     Ok(response.map_body(move |_, body| {
         BoxBody::new(Recording {
             body,
@@ -123,8 +128,8 @@ struct Recording {
     status: u16,
     content_type: String,
     /// Where the kept reply is journaled too, so a retry after a restart gets it.
-    log: Option<std::sync::Arc<dyn crate::session::SessionLog>>,
-    session: uuid::Uuid,
+    log: Option<Arc<dyn SessionLog>>,
+    session: Arc<Session>,
     key: String,
 }
 
@@ -144,11 +149,11 @@ impl MessageBody for Recording {
         match &next {
             std::task::Poll::Ready(Some(Ok(chunk))) => this.seen.extend_from_slice(chunk),
             std::task::Poll::Ready(None) => {
-                let failed = FAILED
-                    .iter()
-                    .any(|marker| this.seen.windows(marker.len()).any(|w| w == *marker));
+                // Only a turn that was recorded succeeded (a stream's failure event comes
+                // with a 200 too).
+                let recorded = this.session.replies.committed(&this.key).is_some();
                 if let Some(mut slot) = this.slot.take()
-                    && !failed
+                    && recorded
                 {
                     slot.reply = Some(RecordedReply {
                         status: this.status,
@@ -156,7 +161,7 @@ impl MessageBody for Recording {
                         body: Bytes::from(std::mem::take(&mut this.seen)),
                     });
                     if let Some(log) = &this.log
-                        && let Err(error) = log.replied(this.session, &this.key, &slot)
+                        && let Err(error) = log.replied(this.session.id, &this.key, &slot)
                     {
                         tracing::error!(%error, "journaling an idempotent reply failed");
                     }

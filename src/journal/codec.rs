@@ -3,6 +3,7 @@
 //! so compaction can sort frames by session without decoding them.
 
 use crate::generation::{FinishReason, StopMatch};
+use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, RecordedChoice, SessionOptions, Start, TurnLabels};
 use crate::session::{Divergence, HistoryEntry, HistoryMode, IssuedToolCall, SegmentCheck};
 use crate::tools::ToolFormat;
@@ -378,6 +379,11 @@ impl Writer<'_> {
             choice.fingerprints.iter().for_each(|&f| self.u64(f));
             self.str(&choice.backend);
         }
+        // Last, so a record written before keys were journaled reads as unkeyed.
+        if let Some(key) = &record.key {
+            self.str(&key.key);
+            self.u64(key.body_hash);
+        }
     }
 }
 
@@ -507,6 +513,13 @@ impl<'b> Reader<'b> {
             },
             track_tree,
             choices,
+            key: match self.bytes.is_empty() {
+                true => None,
+                false => Some(TurnKey {
+                    key: self.string()?,
+                    body_hash: self.u64()?,
+                }),
+            },
         })
     }
     fn choice(&mut self) -> Result<RecordedChoice, Corrupt> {

@@ -432,8 +432,7 @@ fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
                     .state
                     .try_lock()
                     .expect("no turn runs during replay");
-                crate::session::apply(&mut state, &record);
-                session.set_num_nodes(state.nodes.len());
+                session.apply(&mut state, &record);
                 replayed.turns += 1;
             }
         }
@@ -530,6 +529,11 @@ mod tests {
                 fingerprints: vec![1, 2],
                 backend: "b".into(),
             }],
+            // Every other turn keyed, so both forms are read back.
+            key: seed.is_multiple_of(2).then(|| crate::session::replies::TurnKey {
+                key: format!("key-{seed}"),
+                body_hash: u64::from(seed) * 31,
+            }),
         }
     }
 
@@ -554,14 +558,16 @@ mod tests {
 
     #[test]
     fn entries_read_back_as_written() {
-        let entry = Entry::Committed {
-            id: Uuid::new_v4(),
-            record: turn(Some(2), 7),
-        };
-        let mut bytes = Vec::new();
-        codec::encode(&entry, &mut bytes);
-        assert_eq!(codec::decode(&bytes).unwrap(), entry);
-        assert!(codec::decode(&bytes[..bytes.len() - 1]).is_err());
+        for seed in [7, 8] {
+            let entry = Entry::Committed {
+                id: Uuid::new_v4(),
+                record: turn(Some(2), seed),
+            };
+            let mut bytes = Vec::new();
+            codec::encode(&entry, &mut bytes);
+            assert_eq!(codec::decode(&bytes).unwrap(), entry);
+            assert!(codec::decode(&bytes[..bytes.len() - 1]).is_err());
+        }
     }
 
     #[test]
@@ -585,7 +591,7 @@ mod tests {
             for t in 0..3 {
                 let record = turn((t > 0).then_some(0), i * 10 + t);
                 journal.committed(session.id, &record).unwrap();
-                crate::session::apply(&mut session.state.try_lock().unwrap(), &record);
+                session.apply(&mut session.state.try_lock().unwrap(), &record);
             }
             if i % 4 == 0 {
                 kept.push(session.id);
@@ -601,13 +607,26 @@ mod tests {
         let last = store.get(&kept[0].to_string()).unwrap();
         let record = turn(Some(0), 999);
         journal.committed(last.id, &record).unwrap();
-        crate::session::apply(&mut last.state.try_lock().unwrap(), &record);
+        last.apply(&mut last.state.try_lock().unwrap(), &record);
         drop(journal);
 
         let restored = SessionStore::default();
         let (_, replayed) = Journal::open(&dir, &restored).unwrap();
         assert_eq!(replayed.sessions, kept.len());
         assert_eq!(snapshot(&restored), snapshot(&store));
+        // Keyed turns come back under their keys.
+        let committed = |store: &SessionStore, key: &str| {
+            let session = store.get(&kept[0].to_string()).unwrap();
+            session.replies.committed(key)
+        };
+        for key in ["key-0", "key-2"] {
+            assert!(committed(&restored, key).is_some(), "{key}");
+            assert_eq!(committed(&restored, key), committed(&store, key));
+        }
+        assert!(
+            committed(&restored, "key-1").is_none(),
+            "unkeyed turns have no key"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,13 +3,13 @@
 //! with `--data-dir`) keeps it before it is applied, so a restart applies the very same
 //! records and gets the very same session.
 
-use super::replies::KeySlot;
+use super::replies::{CommittedTurn, KeySlot, TurnKey};
 use super::responses::StoredResponse;
 use super::{
     CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
     SessionState, TurnRecord,
 };
-use crate::generation::{FinishReason, StopMatch};
+use crate::generation::{FinishReason, Generation, StopMatch};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -56,6 +56,8 @@ pub struct CommitRecord {
     pub track_tree: bool,
     /// The choices, in order.
     pub choices: Vec<RecordedChoice>,
+    /// The `Idempotency-Key` the turn was asked under, if any.
+    pub key: Option<TurnKey>,
 }
 
 /// One sampled choice, as the session records it.
@@ -83,6 +85,40 @@ pub struct RecordedChoice {
     pub fingerprints: Vec<u64>,
     /// The backend that sampled it.
     pub backend: Arc<str>,
+}
+
+impl RecordedChoice {
+    /// The sample as the backend produced it (less top logprobs, which are not recorded).
+    pub fn generation(&self) -> Generation {
+        Generation {
+            token_ids: self.token_ids.clone(),
+            logprobs: self.logprobs.clone(),
+            top_logprobs: None,
+            finish_reason: self.finish_reason,
+            stop: self.stop.clone(),
+            weight_version: self.weight_version.clone(),
+            cached_tokens: self.cached_tokens,
+            approximate: self.approximate,
+        }
+    }
+}
+
+impl Session {
+    /// Writes `record` into this session, whose state `state` is (locked); returns the node
+    /// index of each choice. A keyed turn's commit is noted under its key.
+    pub fn apply(&self, state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
+        let issued_before = state.issued_calls;
+        let nodes = apply(state, record);
+        self.set_num_nodes(state.nodes.len());
+        if let Some(key) = &record.key {
+            let turn = CommittedTurn {
+                choices: record.choices.clone(),
+                issued_before,
+            };
+            self.replies.note_commit(&key.key, turn);
+        }
+        nodes
+    }
 }
 
 /// Writes `record` into the session; returns the node index of each choice.

@@ -6,7 +6,7 @@ use super::{Base, ChoiceOutput, Plan};
 use crate::session::{CommitRecord, RecordedChoice, SessionState, Start, TurnLabels, apply};
 
 impl CommitRecord {
-    /// The record of `choices` sampled for `plan`.
+    /// The record of `choices` sampled for `plan` (unkeyed).
     pub fn new(
         plan: &Plan,
         choices: &[ChoiceOutput],
@@ -46,6 +46,7 @@ impl CommitRecord {
             labels: labels.clone(),
             track_tree,
             choices,
+            key: None,
         }
     }
 }

@@ -17,7 +17,9 @@
 //!    kept by the session's log when there is one, then applied to the node.
 //!
 //! A turn holds its session's lock from planning to commit, so turns on one session never
-//! interleave, and a turn that fails (or whose client hangs up) changes nothing.
+//! interleave, and a turn that fails (or whose client hangs up) changes nothing. A retry of a
+//! keyed turn that was already recorded skips steps 2 and 4: its reply is shaped from the
+//! record ([`replay`]).
 
 mod choice_stream;
 mod commit;
@@ -26,6 +28,7 @@ mod nudge;
 mod pipeline;
 pub mod plan;
 mod render;
+mod replay;
 pub mod reply;
 pub mod segments;
 pub mod stream;

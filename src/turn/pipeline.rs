@@ -4,11 +4,13 @@ use super::nudge::{deserves_nudge, nudge_request};
 use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
     ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnOutput, prepare, prepare_text,
+    replay,
 };
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
-use crate::generation::{GenerateRequest, SamplingParams};
-use crate::session::{CommitRecord, Session, SessionLog, SessionState, TurnLabels, apply};
+use crate::generation::{GenerateRequest, Generation, SamplingParams};
+use crate::session::replies::TurnKey;
+use crate::session::{CommitRecord, Session, SessionLog, SessionState, TurnLabels};
 use std::sync::Arc;
 
 /// Runs turns: the model-side pieces and the backend pool. Cheap to clone.
@@ -95,6 +97,11 @@ impl Pipeline {
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = session.state.lock().await;
+        if let Some(done) = replay::recorded(session, request.key.as_ref()) {
+            let plan = self.plan(session, &guard, request)?;
+            let sampled = replay::samples(&done);
+            return Ok(self.shape(session, plan, request, sampled, done.issued_before));
+        }
         let parser = session.options.tool_parser.parser().as_ref();
         let first = self.attempt(session, &guard, request).await?;
         if !deserves_nudge(request, parser, &first.choices[0].reply) {
@@ -146,11 +153,16 @@ impl Pipeline {
         prompt: &TextPrompt,
         params: SamplingParams,
         n: u32,
+        key: Option<&TurnKey>,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = session.state.lock().await;
         let mut plan = prepare_text(&self.context, &guard, prompt)?;
-        let sampled = self.sample(session, &mut plan, params, n).await?;
+        let recorded = replay::recorded(session, key);
+        let sampled = match &recorded {
+            Some(done) => replay::samples(done),
+            None => self.sample(session, &mut plan, params, n).await?,
+        };
         let tokenizer = &self.context.tokenizer;
         let choices: Vec<ChoiceOutput> = sampled
             .into_iter()
@@ -167,8 +179,12 @@ impl Pipeline {
             api: "completions",
             ..TurnLabels::default()
         };
-        let record = CommitRecord::new(&plan, &choices, &labels, session.options.track_tree);
-        self.write(session, &mut guard, record)?;
+        if recorded.is_none() {
+            let mut record =
+                CommitRecord::new(&plan, &choices, &labels, session.options.track_tree);
+            record.key = key.cloned();
+            self.write(session, &mut guard, record)?;
+        }
         Ok(TurnOutput { plan, choices })
     }
 
@@ -199,9 +215,22 @@ impl Pipeline {
         let sampled = self
             .sample(session, &mut plan, request.params.clone(), request.n)
             .await?;
+        Ok(self.shape(session, plan, request, sampled, state.issued_calls))
+    }
+
+    /// The turn's output: each sample shaped into a reply, its calls numbered on from
+    /// `issued_before`.
+    fn shape(
+        &self,
+        session: &Session,
+        plan: Plan,
+        request: &ChatRequest,
+        sampled: Vec<(Generation, Arc<str>)>,
+        issued_before: usize,
+    ) -> TurnOutput {
         let reasoning = self.reasoning_mode(session, &plan);
         let parser = session.options.tool_parser.parser().as_ref();
-        let mut ids = CallIds::after(state.issued_calls, request.call_id_prefix);
+        let mut ids = CallIds::after(issued_before, request.call_id_prefix);
         let tokenizer = &self.context.tokenizer;
         let choices = sampled
             .into_iter()
@@ -211,7 +240,7 @@ impl Pipeline {
                 backend,
             })
             .collect();
-        Ok(TurnOutput { plan, choices })
+        TurnOutput { plan, choices }
     }
 
     /// Records a sampled chat turn in the session; returns the node of each choice.
@@ -228,7 +257,8 @@ impl Pipeline {
             tools_left_out: request.tools_left_out.clone(),
             nudge,
         };
-        let record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
+        let mut record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
+        record.key = request.key.clone();
         self.write(session, state, record)
     }
 
@@ -243,9 +273,7 @@ impl Pipeline {
             log.committed(session.id, &record)
                 .map_err(|e| TurnError::Journal(e.0))?;
         }
-        let nodes = apply(state, &record);
-        session.set_num_nodes(state.nodes.len());
-        Ok(nodes)
+        Ok(session.apply(state, &record))
     }
 
     /// Labels the last turn of `node` with how the nudge went.

@@ -116,11 +116,18 @@ impl Pipeline {
         let under_way = self.under_way();
         let guard = session.state.clone().lock_owned().await;
         let plan = self.plan(&session, &guard, &request)?;
-        let mut opening = self.open_streams(&session, &request, &plan)?;
-        let opened = match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
-            Ok(opened) => Some(opened?),
-            Err(_) => None,
-        };
+        let (opened, calls_before, recorded) =
+            match super::replay::recorded(&session, request.key.as_ref()) {
+                Some(done) => (Ok(super::replay::streams(&done)), done.issued_before, true),
+                None => {
+                    let mut opening = self.open_streams(&session, &request, &plan)?;
+                    let opened = match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
+                        Ok(opened) => Ok(opened?),
+                        Err(_) => Err(opening),
+                    };
+                    (opened, guard.issued_calls, false)
+                }
+            };
         let (sender, events) = mpsc::channel(64);
         let handle = TurnStream {
             prompt_tokens: plan.prompt_ids.len(),
@@ -130,7 +137,8 @@ impl Pipeline {
         };
         let turn = StreamedTurn {
             reasoning: self.reasoning_mode(&session, &plan),
-            calls: CallIds::after(guard.issued_calls, request.call_id_prefix),
+            calls: CallIds::after(calls_before, request.call_id_prefix),
+            recorded,
             pipeline: self.clone(),
             session,
             request,
@@ -138,7 +146,7 @@ impl Pipeline {
             sender,
             _under_way: under_way,
         };
-        tokio::spawn(turn.run(guard, opened.ok_or(opening)));
+        tokio::spawn(turn.run(guard, opened));
         Ok(handle)
     }
 
@@ -182,6 +190,8 @@ struct StreamedTurn {
     /// `Some(opened)` when reasoning is returned separately.
     reasoning: Option<bool>,
     calls: CallIds,
+    /// The turn was recorded before (a retry): its streams replay the record.
+    recorded: bool,
     /// Held until the turn ends (a drain waits for it).
     _under_way: super::pipeline::UnderWay,
 }
@@ -203,14 +213,16 @@ impl StreamedTurn {
         let Ok(choices) = self.relay(streams).await else {
             return;
         };
-        let pipeline = &self.pipeline;
-        let recorded = pipeline.record(
-            &self.session,
-            &mut guard,
-            (&self.plan, &choices[..]),
-            &self.request,
-            None,
-        );
+        let recorded = match self.recorded {
+            true => Ok(Vec::new()),
+            false => self.pipeline.record(
+                &self.session,
+                &mut guard,
+                (&self.plan, &choices[..]),
+                &self.request,
+                None,
+            ),
+        };
         let event = match recorded {
             Ok(_) => TurnEvent::Done(Usage::of(&self.plan, &choices)),
             Err(error) => TurnEvent::Failed(error),

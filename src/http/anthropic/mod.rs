@@ -11,6 +11,7 @@ mod stream;
 use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
 use crate::session::Session;
+use crate::session::replies::TurnKey;
 use crate::turn::RenderedTurn;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError, web};
@@ -80,13 +81,15 @@ pub async fn messages(
     state: web::Data<AppState>,
     path: web::Path<String>,
     payload: web::Payload,
+    key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, AnthropicError> {
     let (session, body) = parse(&state, path, payload).await?;
     let model = body
         .model
         .clone()
         .unwrap_or_else(|| state.model_name.clone());
-    let request = body.into_request(state.default_max_tokens, false)?;
+    let mut request = body.into_request(state.default_max_tokens, false)?;
+    request.key = key.map(web::ReqData::into_inner);
     let id = format!("msg_{}", &uuid::Uuid::new_v4().simple().to_string()[..24]);
     if request.stream {
         let turn = state.pipeline.stream(session, request).await?;

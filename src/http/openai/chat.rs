@@ -7,6 +7,7 @@ use crate::generation::StopMatch;
 use crate::http::body::{json_response, json_with_ids, read_json};
 use crate::http::{ApiError, AppState};
 use crate::session::Session;
+use crate::session::replies::TurnKey;
 use crate::turn::{Reply, ReturnedCall, TurnOutput};
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -39,8 +40,10 @@ pub async fn completions(
     state: web::Data<AppState>,
     path: web::Path<String>,
     payload: web::Payload,
+    key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, request) = parse(&state, path, payload).await?;
+    let (session, mut request) = parse(&state, path, payload).await?;
+    request.key = key.map(web::ReqData::into_inner);
     if request.stream {
         let options = super::chat_stream::ChunkOptions::of(&request);
         let turn = state.pipeline.stream(session, request).await?;

@@ -6,6 +6,7 @@ use crate::chat::request::{MAX_N, MAX_TOP_LOGPROBS, StopField};
 use crate::generation::SamplingParams;
 use crate::http::body::read_json;
 use crate::http::{ApiError, AppState};
+use crate::session::replies::TurnKey;
 use crate::tokenizer::Tokenizer;
 use crate::turn::{ChoiceOutput, TextPrompt};
 use actix_web::{HttpResponse, web};
@@ -86,6 +87,7 @@ pub async fn completions(
     state: web::Data<AppState>,
     path: web::Path<String>,
     payload: web::Payload,
+    key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
     let session = state.session(&path.into_inner())?;
     let body: CompletionBody = read_json(payload, state.max_body_bytes).await?;
@@ -118,7 +120,7 @@ pub async fn completions(
     };
     let output = state
         .pipeline
-        .complete_text(&session, &body.prompt, params, n)
+        .complete_text(&session, &body.prompt, params, n, key.as_deref())
         .await?;
     let tokenizer = &state.pipeline.context.tokenizer;
     let return_token_ids = body.return_token_ids.unwrap_or(false);

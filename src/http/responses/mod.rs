@@ -12,6 +12,7 @@ mod stream;
 use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
 use crate::session::Session;
+use crate::session::replies::TurnKey;
 use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
 use request::KNOWN_FIELDS;
@@ -106,9 +107,11 @@ pub async fn create(
     state: web::Data<AppState>,
     path: web::Path<String>,
     payload: web::Payload,
+    key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
     let (session, body, items) = parse(&state, path, payload).await?;
-    let request = body.to_request(&items, state.default_max_tokens)?;
+    let mut request = body.to_request(&items, state.default_max_tokens)?;
+    request.key = key.map(web::ReqData::into_inner);
     let shell = reply::Shell {
         id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
         created_at: crate::session::now_seconds() as u64,
