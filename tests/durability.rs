@@ -374,6 +374,7 @@ async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
     let _server = serve(&dir, port, &worker.url).await;
     let retry = send("/v1/chat/completions", "chat-1", &chat).await.unwrap();
     assert_eq!(retry.status(), 200);
+    assert!(retry.headers().contains_key("idempotent-replayed"));
     let retry: Value = retry.json().await.unwrap();
     assert_eq!(
         retry["choices"][0]["message"],

@@ -15,6 +15,7 @@ use crate::session::{Session, SessionLog};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpResponse, web};
@@ -30,6 +31,9 @@ const TURNS: &[&str] = &[
     "/v1/messages",
     "/v1/responses",
 ];
+
+/// Marks a reply sent again: the recorded one, or one shaped again from the turn's record.
+const REPLAYED: &str = "idempotent-replayed";
 
 /// The middleware.
 pub async fn once_per_key(
@@ -84,7 +88,7 @@ pub async fn once_per_key(
         let response =
             HttpResponse::build(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK))
                 .content_type(reply.content_type.as_str())
-                .insert_header(("Idempotent-Replayed", "true"))
+                .insert_header((REPLAYED, "true"))
                 .body(reply.body.clone());
         return Ok(request.into_response(response));
     }
@@ -93,9 +97,17 @@ pub async fn once_per_key(
         key: key.clone(),
         body_hash,
     });
-    let response = next.call(request).await?.map_into_boxed_body();
+    // A turn recorded before is answered from its record (never sampled again).
+    let answered_from_record = session.replies.committed(&key).is_some();
+    let mut response = next.call(request).await?.map_into_boxed_body();
     if !response.status().is_success() {
         return Ok(response);
+    }
+    if answered_from_record {
+        response.headers_mut().insert(
+            HeaderName::from_static(REPLAYED),
+            HeaderValue::from_static("true"),
+        );
     }
     let content_type = response
         .headers()

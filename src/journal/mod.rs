@@ -530,10 +530,12 @@ mod tests {
                 backend: "b".into(),
             }],
             // Every other turn keyed, so both forms are read back.
-            key: seed.is_multiple_of(2).then(|| crate::session::replies::TurnKey {
-                key: format!("key-{seed}"),
-                body_hash: u64::from(seed) * 31,
-            }),
+            key: seed
+                .is_multiple_of(2)
+                .then(|| crate::session::replies::TurnKey {
+                    key: format!("key-{seed}"),
+                    body_hash: u64::from(seed) * 31,
+                }),
         }
     }
 

@@ -1,5 +1,7 @@
 //! A scripted inference server speaking SGLang's `/generate` or vLLM's `/v1/completions` wire
-//! format exactly. Each request pops the next scripted reply and is recorded.
+//! format exactly. Each request pops the next scripted reply and is recorded; past the script,
+//! a responder answers, and a fault injector beside it may fail the request instead. The
+//! server can be killed (its connections dropped) and restarted on the same address.
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::{Value, json};
@@ -78,7 +80,25 @@ pub enum Reply {
     /// A streamed sample whose stream ends after this many tokens, unfinished (the connection
     /// is closed as by a server that died).
     CutStream(usize, Sample),
+    /// The connection is dropped after the status line, before any body.
+    Reset,
 }
+
+/// What a fault injector puts in place of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// An HTTP error with this status.
+    Status(u16),
+    /// The connection dropped before the body.
+    Reset,
+    /// No answer for this many milliseconds (then a 500).
+    Hang(u64),
+    /// A stream cut after this many tokens (a whole request is reset instead).
+    Cut(usize),
+}
+
+/// Decides, from a request's prompt ids, whether it fails and how.
+pub type FaultInjector = Arc<dyn Fn(&[u32]) -> Option<Fault> + Send + Sync>;
 
 #[derive(Default)]
 struct Shared {
@@ -92,6 +112,8 @@ struct Shared {
     cancelled_streams: usize,
     /// Answers requests once the script is empty (load tests); requests are then not kept.
     responder: Option<Responder>,
+    /// Fails some of the requests the responder would answer.
+    faults: Option<FaultInjector>,
 }
 
 /// Chooses the sample for a request's prompt ids.
@@ -103,51 +125,52 @@ pub struct MockWorker {
     pub url: String,
     pub wire: Wire,
     shared: Arc<Mutex<Shared>>,
+    address: std::net::SocketAddr,
+    /// The running server (none while killed).
+    server: Arc<Mutex<Option<actix_web::dev::ServerHandle>>>,
 }
 
 impl MockWorker {
     pub fn start(wire: Wire) -> Self {
-        let shared = Arc::new(Mutex::new(Shared::default()));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let state = shared.clone();
-        std::thread::spawn(move || {
-            actix_web::rt::System::new().block_on(async move {
-                let data = web::Data::new((state, wire));
-                HttpServer::new(move || {
-                    App::new()
-                        .app_data(data.clone())
-                        .route("/generate", web::post().to(handle))
-                        .route("/v1/completions", web::post().to(handle))
-                        .route("/inference/v1/generate", web::post().to(handle))
-                        .route("/openapi.json", web::get().to(openapi))
-                        .route(
-                            "/v1/models",
-                            web::get()
-                                .to(|| async { HttpResponse::Ok().json(json!({"data": []})) }),
-                        )
-                        .route(
-                            "/health",
-                            web::get().to(|| async { HttpResponse::Ok().finish() }),
-                        )
-                })
-                // As the real servers do (uvicorn sets TCP_NODELAY): each streamed token is
-                // sent at once, not held for the proxy's delayed ACK.
-                .on_connect(|connection, _| {
-                    if let Some(socket) = connection.downcast_ref::<actix_web::rt::net::TcpStream>()
-                    {
-                        let _ = socket.set_nodelay(true);
-                    }
-                })
-                .workers(1)
-                .listen(listener)
-                .unwrap()
-                .run()
-                .await
-                .unwrap()
-            })
-        });
-        Self { url, wire, shared }
+        let address = listener.local_addr().unwrap();
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let server = serve(listener, shared.clone(), wire);
+        Self {
+            url: format!("http://{address}"),
+            wire,
+            shared,
+            address,
+            server: Arc::new(Mutex::new(Some(server))),
+        }
+    }
+
+    /// Stops the server at once, dropping its connections (requests and streams under way),
+    /// as a crash would.
+    pub async fn kill(&self) {
+        let server = self.server.lock().unwrap().take();
+        if let Some(server) = server {
+            server.stop(false).await;
+        }
+    }
+
+    /// Starts the server again on its address, with its script and responder.
+    pub fn restart(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let listener = loop {
+            match std::net::TcpListener::bind(self.address) {
+                Ok(listener) => break listener,
+                Err(error) if std::time::Instant::now() > deadline => panic!("rebind: {error}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        };
+        let server = serve(listener, self.shared.clone(), self.wire);
+        *self.server.lock().unwrap() = Some(server);
+    }
+
+    /// Fails the requests `injector` picks among those the responder answers.
+    pub fn inject_faults(&self, injector: FaultInjector) {
+        self.shared.lock().unwrap().faults = Some(injector);
     }
 
     /// Queues the reply to the next request.
@@ -202,6 +225,51 @@ impl MockWorker {
     }
 }
 
+/// Runs the server on `listener` in a thread of its own; returns its handle.
+fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Mutex<Shared>>,
+    wire: Wire,
+) -> actix_web::dev::ServerHandle {
+    let (handle_sender, server_handle) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let data = web::Data::new((shared, wire));
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(data.clone())
+                    .route("/generate", web::post().to(handle))
+                    .route("/v1/completions", web::post().to(handle))
+                    .route("/inference/v1/generate", web::post().to(handle))
+                    .route("/openapi.json", web::get().to(openapi))
+                    .route(
+                        "/v1/models",
+                        web::get().to(|| async { HttpResponse::Ok().json(json!({"data": []})) }),
+                    )
+                    .route(
+                        "/health",
+                        web::get().to(|| async { HttpResponse::Ok().finish() }),
+                    )
+            })
+            // As the real servers do (uvicorn sets TCP_NODELAY): each streamed token is
+            // sent at once, not held for the proxy's delayed ACK.
+            .on_connect(|connection, _| {
+                if let Some(socket) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                    let _ = socket.set_nodelay(true);
+                }
+            })
+            .workers(1)
+            .shutdown_timeout(0)
+            .listen(listener)
+            .unwrap()
+            .run();
+            handle_sender.send(server.handle()).unwrap();
+            server.await.unwrap()
+        })
+    });
+    server_handle.recv().unwrap()
+}
+
 async fn handle(
     req: HttpRequest,
     body: web::Json<Value>,
@@ -220,7 +288,18 @@ async fn handle(
             (None, Some(responder)) => {
                 let prompt: Vec<u32> =
                     serde_json::from_value(body["input_ids"].clone()).unwrap_or_default();
-                Some(Reply::Samples(vec![responder(&prompt)]))
+                let sample = responder(&prompt);
+                let fault = shared.faults.as_ref().and_then(|faults| faults(&prompt));
+                Some(match fault {
+                    None => Reply::Samples(vec![sample]),
+                    Some(Fault::Status(status)) => Reply::Error(status, "injected fault"),
+                    Some(Fault::Reset) => Reply::Reset,
+                    Some(Fault::Hang(ms)) => Reply::SleepMs(ms),
+                    Some(Fault::Cut(after)) if body["stream"] == true => {
+                        Reply::CutStream(after, sample)
+                    }
+                    Some(Fault::Cut(_)) => Reply::Reset,
+                })
             }
             (scripted, _) => {
                 shared.requests.push(body.0.clone());
@@ -265,6 +344,12 @@ async fn respond(reply: Option<Reply>, body: &Value, wire: Wire) -> HttpResponse
         }
         Some(Reply::Samples(samples)) => samples_reply(body, &samples, wire),
         Some(Reply::CutStream(_, sample)) => samples_reply(body, &[sample], wire),
+        Some(Reply::Reset) => {
+            let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+            HttpResponse::Ok().streaming(futures::stream::once(async move {
+                Err::<bytes::Bytes, _>(reset)
+            }))
+        }
     }
 }
 
