@@ -202,6 +202,7 @@ fn judge(plan: &Plan, outcome: &Outcome, nodes: &str, upstream: &Upstream) {
             turns_done,
             before,
             after,
+            ..
         } => {
             assert_eq!(
                 before, after,
@@ -264,6 +265,13 @@ fn report(
         .count();
     let failed = ended.len() - completed;
     let doomed = ended.iter().filter(|e| e.doomed).count();
+    // Why the others failed (their last error), most frequent first.
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for rollout in ended.iter().filter(|e| !e.doomed) {
+        if let Outcome::Failed { error, .. } = &rollout.outcome {
+            *reasons.entry(error.as_str()).or_default() += 1;
+        }
+    }
     println!(
         "faults: {r} rollouts × {t} turns, {c} concurrent (chat/messages/responses), upstream faults {:.1}%, one upstream killed and restarted, proxy kill -9 + restart",
         per_mille as f64 / 10.0
@@ -272,6 +280,9 @@ fn report(
         "  rollouts: {completed} completed with an exact node, {failed} failed with the session as before the failed turn ({doomed} doomed); 0 violations; all {} sessions byte-identical when read again after the run",
         ended.len()
     );
+    for (reason, count) in &reasons {
+        println!("    {count} not doomed failed on: {reason}");
+    }
     println!(
         "  upstream requests {}: injected 5xx {}, resets {}, hangs past the timeout {}, cut streams {}, doomed {}",
         load(&injected.requests),

@@ -41,6 +41,8 @@ pub enum Outcome {
         turns_done: usize,
         before: String,
         after: String,
+        /// The last error the turn got.
+        error: String,
     },
 }
 
@@ -69,8 +71,8 @@ enum Attempt {
     Reply(Value),
     /// The proxy could not be reached, or the connection broke.
     Unreachable,
-    /// An error status or an error event: nothing was recorded.
-    Failed,
+    /// An error status or an error event (its message): nothing was recorded.
+    Failed(String),
     /// We hung up on purpose.
     HungUp,
 }
@@ -93,14 +95,17 @@ pub async fn run(
         let body = conversation.body(&tools, None, stream);
         let key = format!("rollout-{}-turn-{turn}", plan.index);
         let before = nodes(client, base, uuid).await;
-        let Some(reply) = turn_with_retries(client, &url, &key, body, stream, plan, seen).await
-        else {
-            let after = nodes(client, base, uuid).await;
-            return Outcome::Failed {
-                turns_done: turn,
-                before,
-                after,
-            };
+        let reply = match turn_with_retries(client, &url, &key, body, stream, plan, seen).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                let after = nodes(client, base, uuid).await;
+                return Outcome::Failed {
+                    turns_done: turn,
+                    before,
+                    after,
+                    error,
+                };
+            }
         };
         seen.turns.fetch_add(1, Ordering::Relaxed);
         // The doomed turn's prompt ends with the marker (a tool result's or a question's).
@@ -125,7 +130,7 @@ async fn turn_with_retries(
     stream: bool,
     plan: &Plan,
     seen: &Seen,
-) -> Option<Value> {
+) -> Result<Value, String> {
     let started = Instant::now();
     let mut failures = 0;
     loop {
@@ -137,17 +142,17 @@ async fn turn_with_retries(
         };
         let hang_up = hang_up.filter(|_| stream);
         match attempt(client, url, key, body.clone(), stream, hang_up, seen).await {
-            Attempt::Reply(reply) => return Some(reply),
+            Attempt::Reply(reply) => return Ok(reply),
             Attempt::HungUp => seen.hang_ups.fetch_add(1, Ordering::Relaxed),
             Attempt::Unreachable => {
                 assert!(started.elapsed() < UNREACHABLE_FOR, "the proxy stayed away");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 seen.connection_errors.fetch_add(1, Ordering::Relaxed)
             }
-            Attempt::Failed => {
+            Attempt::Failed(error) => {
                 failures += 1;
                 if failures == FAILED_ATTEMPTS {
-                    return None;
+                    return Err(error);
                 }
                 tokio::time::sleep(Duration::from_millis(20 << failures)).await;
                 0
@@ -178,7 +183,8 @@ async fn attempt(
     let status = response.status();
     if status.is_server_error() || status == 429 {
         seen.error_statuses.fetch_add(1, Ordering::Relaxed);
-        return Attempt::Failed;
+        let body = response.text().await.unwrap_or_default();
+        return Attempt::Failed(format!("{status}: {}", error_message(&body)));
     }
     assert!(status.is_success(), "{url}: {status}");
     if response.headers().contains_key("idempotent-replayed") {
@@ -204,13 +210,27 @@ async fn attempt(
             _ => {}
         }
     }
-    match assemble_chat_stream(&String::from_utf8_lossy(&raw)) {
+    let raw = String::from_utf8_lossy(&raw);
+    match assemble_chat_stream(&raw) {
         Some(reply) => Attempt::Reply(reply),
         None => {
             seen.error_events.fetch_add(1, Ordering::Relaxed);
-            Attempt::Failed
+            let event = raw
+                .lines()
+                .find(|l| l.contains("\"error\""))
+                .unwrap_or_default();
+            let event = event.trim_start_matches("data: ");
+            Attempt::Failed(format!("error event: {}", error_message(event)))
         }
     }
+}
+
+/// The message of an error body (every API puts it at `error.message`).
+fn error_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.chars().take(120).collect())
 }
 
 /// A chat stream's reply as the non-streamed reply's shape (`choices[0].message`), or `None`

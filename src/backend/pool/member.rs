@@ -15,6 +15,8 @@ struct Health {
     successes: u32,
     opened_at: Option<Instant>,
     trial_in_flight: bool,
+    /// How the latest health probe went (none yet: unknown).
+    probe_passed: Option<bool>,
 }
 
 /// The answer to a request for a slot.
@@ -55,6 +57,7 @@ impl Member {
                 successes: 0,
                 opened_at: None,
                 trial_in_flight: false,
+                probe_passed: None,
             }),
         }
     }
@@ -81,7 +84,6 @@ impl Member {
 
     /// Takes one request slot if the backend is under its limit and may take traffic.
     pub(super) fn try_reserve(&self, settings: &PoolSettings) -> Reserve {
-        let limit = self.config.num_max_requests_at_once.max(1);
         {
             let mut health = self.health.lock().expect("health lock");
             if !health.healthy {
@@ -94,19 +96,37 @@ impl Member {
                 health.trial_in_flight = true;
             }
         }
+        let reserved = self.reserve_slot();
+        if reserved == Reserve::Full {
+            self.health.lock().expect("health lock").trial_in_flight = false;
+        }
+        reserved
+    }
+
+    /// Takes one request slot, its circuit open or not, if the backend is under its limit and
+    /// its latest health probe passed: the last resort when no backend may take traffic, so
+    /// that failed requests alone (a burst of 5xx, timeouts) never take out every backend
+    /// whose server still answers.
+    pub(super) fn try_reserve_answering(&self) -> Reserve {
+        if self.health.lock().expect("health lock").probe_passed != Some(true) {
+            return Reserve::Unavailable;
+        }
+        self.reserve_slot()
+    }
+
+    fn reserve_slot(&self) -> Reserve {
+        let limit = self.config.num_max_requests_at_once.max(1);
         let reserved = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             })
             .is_ok();
-        if reserved {
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            Reserve::Taken
-        } else {
-            self.health.lock().expect("health lock").trial_in_flight = false;
-            Reserve::Full
+        if !reserved {
+            return Reserve::Full;
         }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Reserve::Taken
     }
 
     /// Gives back a slot taken by [`try_reserve`](Self::try_reserve).
@@ -139,6 +159,9 @@ impl Member {
 
     fn record_health(&self, ok: bool, from_request: bool, settings: &PoolSettings) {
         let mut health = self.health.lock().expect("health lock");
+        if !from_request {
+            health.probe_passed = Some(ok);
+        }
         if ok {
             health.failures = 0;
             health.successes += 1;

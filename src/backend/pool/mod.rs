@@ -5,6 +5,11 @@
 //! the lowest load relative to its `num_max_requests_at_once`. When every backend is at its
 //! limit the request waits in a bounded queue. A failure before the backend produced anything
 //! is retried with jittered backoff, first on the same backend, then on another.
+//!
+//! Failures open a backend's circuit (no traffic until its probes pass again or a trial
+//! request succeeds). Request failures alone never take out every backend, though: when no
+//! backend may take traffic, one whose latest probe passed gets the request anyway (a burst of
+//! 5xx or timeouts on a live server should slow a run down, not stop it).
 
 mod member;
 
@@ -342,11 +347,20 @@ impl Pool {
             order.insert(0, member);
         }
         let mut any_full = false;
-        for member in order {
+        for member in &order {
             match member.try_reserve(&self.settings) {
-                Reserve::Taken => return Ok(Some(member.clone())),
+                Reserve::Taken => return Ok(Some((*member).clone())),
                 Reserve::Full => any_full = true,
                 Reserve::Unavailable => {}
+            }
+        }
+        if !any_full {
+            for member in &order {
+                match member.try_reserve_answering() {
+                    Reserve::Taken => return Ok(Some((*member).clone())),
+                    Reserve::Full => any_full = true,
+                    Reserve::Unavailable => {}
+                }
             }
         }
         if any_full {

@@ -247,6 +247,45 @@ async fn breaker_opens_after_failures_and_probes_close_it() {
 }
 
 #[tokio::test]
+async fn request_failures_never_take_out_every_backend_whose_probes_pass() {
+    let script = Arc::new(Script::default());
+    script.outcomes.lock().unwrap().extend([
+        ("a".into(), vec![unreachable("a")]),
+        ("b".into(), vec![unreachable("b")]),
+    ]);
+    let settings = PoolSettings {
+        max_retries: 0,
+        unhealthy_after: 1,
+        breaker_cooldown: 3600.0,
+        ..fast()
+    };
+    let pool = pool(&["a", "b"], 4, settings, script.clone());
+    for url in ["a", "b"] {
+        assert!(
+            pool.generate(&request(1), Route::Pinned(url))
+                .await
+                .is_err()
+        );
+    }
+    let [a, b] = [0, 1].map(|i| pool.members()[i].clone());
+    assert!(!a.is_healthy() && !b.is_healthy());
+    // Nothing known of their servers: fail fast.
+    assert!(matches!(
+        pool.generate(&request(1), Route::Prefer(None)).await,
+        Err(BackendError::NoBackend(_))
+    ));
+    // b's server answers its probe, a's does not: b serves, and its success closes its circuit.
+    a.record_probe(false, pool.settings());
+    b.record_probe(true, pool.settings());
+    let sampled = pool
+        .generate(&request(1), Route::Prefer(Some("a")))
+        .await
+        .unwrap();
+    assert_eq!(&*sampled.backends[0], "b");
+    assert!(b.is_healthy() && !a.is_healthy());
+}
+
+#[tokio::test]
 async fn breaker_lets_one_trial_through_after_cooldown() {
     let script = unreachable_for("a", 3);
     let settings = PoolSettings {
