@@ -34,46 +34,12 @@ mod workload;
 use apis::Api;
 use chaos::{Injected, ProxyProcess};
 use common::mock_worker::{MockWorker, Sample, Wire};
-use common::{fixture_model, scratch_dir};
+use common::{env_or, fixture_model, scratch_dir};
 use rollout::{Outcome, Plan, Seen};
 use rollout_proxy::tokenizer::Tokenizer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The workload's upstream replies, ids by prompt.
-struct Upstream {
-    tool: Vec<Vec<u32>>,
-    text: Vec<Vec<u32>>,
-    tool_response_end: u32,
-}
-
-impl Upstream {
-    fn new(tokenizer: &Tokenizer) -> Self {
-        let encode = |replies: &[&str]| -> Vec<Vec<u32>> {
-            replies
-                .iter()
-                .map(|reply| tokenizer.encode(&format!("{reply}<|im_end|>")).unwrap())
-                .collect()
-        };
-        Self {
-            tool: encode(workload::TOOL_REPLIES),
-            text: encode(workload::TEXT_REPLIES),
-            tool_response_end: tokenizer.token_id("</tool_response>").unwrap(),
-        }
-    }
-
-    fn reply(&self, prompt: &[u32]) -> Vec<u32> {
-        workload::reply_for(prompt, self.tool_response_end, &self.tool, &self.text).clone()
-    }
-}
 
 /// A rollout's session and how it ended.
 struct Ended {
@@ -98,13 +64,13 @@ fn main() {
     };
     let per_mille = env_or("FAULTS_PER_MILLE", 100) as u64;
     let tokenizer = Arc::new(Tokenizer::from_path(&fixture_model("qwen3")).unwrap());
-    let upstream = Arc::new(Upstream::new(&tokenizer));
+    let upstream = Arc::new(workload::ReplyPool::new(&tokenizer));
     let injected = Arc::new(Injected::default());
     let workers = [(); 2].map(|_| {
         let worker = MockWorker::start(Wire::Sglang);
         let replies = upstream.clone();
         worker.respond_with(Arc::new(move |prompt: &[u32]| {
-            Sample::stop(replies.reply(prompt))
+            Sample::stop(replies.reply(prompt).to_vec())
         }));
         worker.inject_faults(chaos::injector(
             per_mille,
@@ -185,7 +151,7 @@ fn main() {
 }
 
 /// Fails the run unless the rollout ended as it must.
-fn judge(plan: &Plan, outcome: &Outcome, nodes: &str, upstream: &Upstream) {
+fn judge(plan: &Plan, outcome: &Outcome, nodes: &str, upstream: &workload::ReplyPool) {
     let parsed: serde_json::Value = serde_json::from_str(nodes).unwrap();
     match outcome {
         Outcome::Completed => {
@@ -194,7 +160,9 @@ fn judge(plan: &Plan, outcome: &Outcome, nodes: &str, upstream: &Upstream) {
                 "doomed rollout {} completed",
                 plan.index
             );
-            if let Err(error) = check::exact_node(&parsed, plan.turns, &|p| upstream.reply(p)) {
+            if let Err(error) =
+                check::exact_node(&parsed, plan.turns, &|p| upstream.reply(p).to_vec())
+            {
                 panic!("rollout {} ({}): {error}", plan.index, plan.api.name());
             }
         }
@@ -210,7 +178,7 @@ fn judge(plan: &Plan, outcome: &Outcome, nodes: &str, upstream: &Upstream) {
                 plan.index
             );
             if *turns_done > 0 {
-                let replies = |p: &[u32]| upstream.reply(p);
+                let replies = |p: &[u32]| upstream.reply(p).to_vec();
                 if let Err(error) = check::exact_node(&parsed, *turns_done, &replies) {
                     panic!("rollout {} before its failed turn: {error}", plan.index);
                 }

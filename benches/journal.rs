@@ -7,10 +7,12 @@
 //! session), `JOURNAL_TURNS` (4 per session). Under `cargo test --all-targets` it runs a small
 //! smoke version.
 
-use rollout_proxy::generation::FinishReason;
+#[path = "../tests/common/records.rs"]
+mod records;
+
+use records::synthetic_turn;
 use rollout_proxy::journal::{Entry, Journal};
-use rollout_proxy::session::{CommitRecord, RecordedChoice, SessionLog, Start, TurnLabels};
-use rollout_proxy::session::{SegmentCheck, SessionOptions, SessionStore};
+use rollout_proxy::session::{SessionLog, SessionOptions, SessionStore};
 use std::time::Instant;
 
 fn env_or(key: &str, default: usize) -> usize {
@@ -18,47 +20,6 @@ fn env_or(key: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A turn that adds `prompt` prompt tokens and `sampled` sampled ones to `node`.
-fn turn(node: Option<usize>, prompt: usize, sampled: usize, seed: u32) -> CommitRecord {
-    let check = SegmentCheck {
-        prefix_len: 40,
-        prefix_hash: u64::from(seed),
-        generation_prompt: None,
-    };
-    CommitRecord {
-        start: match node {
-            Some(node) => Start::Extend { node },
-            None => Start::New { divergence: None },
-        },
-        new_prompt: (0..prompt as u32)
-            .map(|i| (i * 7 + seed) % 150_000)
-            .collect(),
-        history: Vec::new(),
-        next_check: check,
-        labels: TurnLabels {
-            api: "chat.completions",
-            ..TurnLabels::default()
-        },
-        track_tree: false,
-        choices: vec![RecordedChoice {
-            token_ids: (0..sampled as u32)
-                .map(|i| (i * 13 + seed) % 150_000)
-                .collect(),
-            logprobs: (0..sampled).map(|i| -0.01 * i as f32).collect(),
-            finish_reason: FinishReason::Stop,
-            stop: None,
-            weight_version: None,
-            cached_tokens: Some(prompt as u32),
-            approximate: false,
-            end_token_text: Some("<|im_end|>".into()),
-            tool_calls: Vec::new(),
-            fingerprints: vec![u64::from(seed)],
-            backend: "http://gpu1:30000".into(),
-        }],
-        key: None,
-    }
 }
 
 fn main() {
@@ -91,7 +52,8 @@ fn main() {
                 .unwrap();
             for t in 0..turns {
                 let node = (t > 0).then_some(0);
-                let record = turn(node, per_turn - sampled, sampled, (s * turns + t) as u32);
+                let record =
+                    synthetic_turn(node, per_turn - sampled, sampled, (s * turns + t) as u32);
                 journal.committed(id, &record).unwrap();
             }
         }

@@ -30,8 +30,8 @@ mod common;
 mod workload;
 
 use apis::{Api, Conversation};
-use common::fixture_model;
 use common::mock_worker::{MockWorker, Sample, Wire};
+use common::{env_or, fixture_model};
 use rollout_proxy::tokenizer::Tokenizer;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -67,13 +67,6 @@ struct NodeShape {
 struct NodeMetadata {
     #[serde(default)]
     divergence: Value,
-}
-
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// The proxy process: its CPU time (all threads, ns) and resident memory.
@@ -174,22 +167,10 @@ impl Drop for ProxyProcess {
 /// A zero-latency upstream answering from the harness's reply pool, each reply ending with
 /// `<|im_end|>`.
 fn upstream(tokenizer: &Tokenizer) -> MockWorker {
-    let encode = |replies: &[&str]| -> Vec<Vec<u32>> {
-        replies
-            .iter()
-            .map(|reply| tokenizer.encode(&format!("{reply}<|im_end|>")).unwrap())
-            .collect()
-    };
-    let (tool, text) = (
-        encode(workload::TOOL_REPLIES),
-        encode(workload::TEXT_REPLIES),
-    );
-    let tool_response_end = tokenizer
-        .token_id("</tool_response>")
-        .expect("a Qwen3 token");
+    let pool = workload::ReplyPool::new(tokenizer);
     let worker = MockWorker::start(Wire::Sglang);
     worker.respond_with(Arc::new(move |prompt: &[u32]| {
-        Sample::stop(workload::reply_for(prompt, tool_response_end, &tool, &text).clone())
+        Sample::stop(pool.reply(prompt).to_vec())
     }));
     worker
 }

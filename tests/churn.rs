@@ -3,9 +3,11 @@
 //! HTTP path's figure is the load bench's RSS before and after; BENCHMARKS.md). Its own test
 //! binary, so the memory is its own.
 
-use rollout_proxy::generation::FinishReason;
-use rollout_proxy::session::{CommitRecord, RecordedChoice, Start, TurnLabels, apply};
-use rollout_proxy::session::{SegmentCheck, SessionOptions, SessionStore};
+#[path = "common/records.rs"]
+mod records;
+
+use records::synthetic_turn;
+use rollout_proxy::session::{SessionOptions, SessionStore, apply};
 
 #[global_allocator]
 static ALLOCATOR: rollout_proxy::memory::Allocator = rollout_proxy::memory::Allocator;
@@ -20,39 +22,6 @@ fn rss_mib() -> f64 {
     kb / 1024.0
 }
 
-/// A first turn of 400 prompt and 40 sampled tokens.
-fn first_turn(seed: u32) -> CommitRecord {
-    CommitRecord {
-        start: Start::New { divergence: None },
-        new_prompt: (0..400).map(|i| (i * 31 + seed) % 150_000).collect(),
-        history: Vec::new(),
-        next_check: SegmentCheck {
-            prefix_len: 40,
-            prefix_hash: u64::from(seed),
-            generation_prompt: None,
-        },
-        labels: TurnLabels {
-            api: "chat.completions",
-            ..TurnLabels::default()
-        },
-        track_tree: false,
-        choices: vec![RecordedChoice {
-            token_ids: (0..40).map(|i| (i * 7 + seed) % 150_000).collect(),
-            logprobs: vec![-0.5; 40],
-            finish_reason: FinishReason::Stop,
-            stop: None,
-            weight_version: None,
-            cached_tokens: None,
-            approximate: false,
-            end_token_text: Some("<|im_end|>".into()),
-            tool_calls: Vec::new(),
-            fingerprints: vec![u64::from(seed)],
-            backend: "http://gpu:1".into(),
-        }],
-        key: None,
-    }
-}
-
 #[test]
 fn a_hundred_thousand_sessions_come_and_go_and_memory_comes_back() {
     let store = SessionStore::default();
@@ -62,7 +31,7 @@ fn a_hundred_thousand_sessions_come_and_go_and_memory_comes_back() {
             let session = store.create(SessionOptions::default()).unwrap();
             {
                 let mut state = session.state.try_lock().unwrap();
-                apply(&mut state, &first_turn(i));
+                apply(&mut state, &synthetic_turn(None, 400, 40, i));
             }
             store.remove(&session.id.to_string()).unwrap();
         }

@@ -339,32 +339,28 @@ async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
     let messages = json!({"max_tokens": 50, "stream": true,
         "messages": [{"role": "user", "content": "look again"}],
         "tools": [{"name": "lookup", "input_schema": tool["function"]["parameters"]}]});
-    let send = |path: &str, key: &str, body: &Value| {
+    let send = |path: String, key: &str, body: &Value| {
         client
             .http
-            .post(format!("{}/{uuid}{path}", client.base))
+            .post(format!("{}{path}", client.base))
             .header("idempotency-key", key)
             .json(body)
             .send()
     };
-    let first: Value = send("/v1/chat/completions", "chat-1", &chat)
+    let chat_path = format!("/{uuid}/v1/chat/completions");
+    let first: Value = send(chat_path.clone(), "chat-1", &chat)
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
     let other = client.session().await;
-    let first_stream = client
-        .http
-        .post(format!("{}/{other}/v1/messages", client.base))
-        .header("idempotency-key", "messages-1")
-        .json(&messages)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let messages_path = format!("/{other}/v1/messages");
+    let send_messages = || async {
+        let response = send(messages_path.clone(), "messages-1", &messages).await;
+        response.unwrap().text().await.unwrap()
+    };
+    let first_stream = send_messages().await;
     let (_, nodes_before) = client.nodes_text(&uuid).await;
     let (_, other_before) = client.nodes_text(&other).await;
     let sampled = worker.requests().len();
@@ -372,7 +368,7 @@ async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
     drop(server);
     forget_replies(&dir);
     let _server = serve(&dir, port, &worker.url).await;
-    let retry = send("/v1/chat/completions", "chat-1", &chat).await.unwrap();
+    let retry = send(chat_path, "chat-1", &chat).await.unwrap();
     assert_eq!(retry.status(), 200);
     assert!(retry.headers().contains_key("idempotent-replayed"));
     let retry: Value = retry.json().await.unwrap();
@@ -385,17 +381,7 @@ async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
         "call_0"
     );
     assert_eq!(retry["usage"], first["usage"]);
-    let retry_stream = client
-        .http
-        .post(format!("{}/{other}/v1/messages", client.base))
-        .header("idempotency-key", "messages-1")
-        .json(&messages)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let retry_stream = send_messages().await;
     let blocks = |raw: &str| -> Vec<Value> {
         common::sse_events(raw)
             .into_iter()

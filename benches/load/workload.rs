@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rollout_proxy::template::json_value;
 use rollout_proxy::template::pyjson::{DumpOptions, dumps};
+use rollout_proxy::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 pub const SYSTEM: &str =
@@ -81,9 +82,40 @@ pub fn tools() -> Value {
     ])
 }
 
+/// The upstream's replies, as ids (each ending with `<|im_end|>`), and the reply to a prompt.
+pub struct ReplyPool {
+    tool: Vec<Vec<u32>>,
+    text: Vec<Vec<u32>>,
+    tool_response_end: u32,
+}
+
+impl ReplyPool {
+    /// The pools of [`TOOL_REPLIES`] and [`TEXT_REPLIES`] in Qwen3's ids.
+    pub fn new(tokenizer: &Tokenizer) -> Self {
+        let encode = |replies: &[&str]| -> Vec<Vec<u32>> {
+            replies
+                .iter()
+                .map(|reply| tokenizer.encode(&format!("{reply}<|im_end|>")).unwrap())
+                .collect()
+        };
+        Self {
+            tool: encode(TOOL_REPLIES),
+            text: encode(TEXT_REPLIES),
+            tool_response_end: tokenizer
+                .token_id("</tool_response>")
+                .expect("a Qwen3 token"),
+        }
+    }
+
+    /// The reply to `prompt` ([`reply_for`]).
+    pub fn reply(&self, prompt: &[u32]) -> &[u32] {
+        reply_for::<Vec<u32>>(prompt, self.tool_response_end, &self.tool, &self.text)
+    }
+}
+
 /// The reply for a prompt: from the text pool when one of its last 8 ids ends a tool
 /// response, else from the tool-call pool.
-pub fn reply_for<'a, T>(
+fn reply_for<'a, T>(
     prompt: &[u32],
     tool_response_end: u32,
     tool: &'a [T],

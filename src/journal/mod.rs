@@ -415,8 +415,9 @@ fn replay(
     }
 }
 
-/// Applies one entry to the sessions being restored.
-fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
+/// Applies one entry to the sessions being restored, counting what it restored in `replayed`
+/// (public so that another store of the same entries replays them the same way).
+pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
     match entry {
         Entry::Created {
             id,

@@ -35,6 +35,14 @@ pub fn fixture_model(name: &str) -> PathBuf {
 pub mod llama;
 pub mod mock_worker;
 
+/// The environment variable `key` as a number, else `default` (bench sizes).
+pub fn env_or(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// POSTs `body` to `url` and reads the JSON reply (for servers started as processes).
 pub async fn post_json(
     client: &reqwest::Client,

@@ -4,8 +4,9 @@
 //! Every store is given the same bytes: the project's codec's encoding of the entry. Ours
 //! frames them in its own file; the others key them by (session id, sequence number).
 
-use crate::workload::{Restored, key, restore};
+use crate::workload::key;
 use rollout_proxy::journal::{Entry, Journal, codec};
+use rollout_proxy::journal::{Replayed, restore};
 use rollout_proxy::session::{CommitRecord, SessionLog, SessionStore};
 use std::error::Error;
 use std::path::Path;
@@ -59,9 +60,9 @@ impl Backend {
         dir: &Path,
         sync: bool,
         sessions: &SessionStore,
-    ) -> Result<(Box<dyn Store>, Restored)> {
+    ) -> Result<(Box<dyn Store>, Replayed)> {
         std::fs::create_dir_all(dir)?;
-        let mut restored = Restored::default();
+        let mut restored = Replayed::default();
         let store: Box<dyn Store> = match self {
             Self::Journal => {
                 let (journal, replayed) = Journal::open(dir, sessions)?;
@@ -119,7 +120,7 @@ pub trait Store {
 }
 
 /// Decodes `payload` and applies it to `sessions`.
-fn load(payload: &[u8], sessions: &SessionStore, restored: &mut Restored) -> Result<()> {
+fn load(payload: &[u8], sessions: &SessionStore, restored: &mut Replayed) -> Result<()> {
     restore(sessions, codec::decode(payload)?, restored);
     Ok(())
 }
@@ -161,7 +162,7 @@ impl Sqlite {
         dir: &Path,
         sync: bool,
         sessions: &SessionStore,
-        restored: &mut Restored,
+        restored: &mut Replayed,
     ) -> Result<Self> {
         let conn = rusqlite::Connection::open(dir.join("entries.sqlite"))?;
         // WAL: a commit appends its pages to the log with write(). synchronous=OFF: no fsync
@@ -228,7 +229,7 @@ impl Fjall {
         dir: &Path,
         sync: bool,
         sessions: &SessionStore,
-        restored: &mut Restored,
+        restored: &mut Replayed,
     ) -> Result<Self> {
         // The defaults: each write is appended to fjall's journal and flushed to the operating
         // system (`PersistMode::Buffer`) before it returns, which survives a kill -9.
@@ -289,7 +290,7 @@ impl Redb {
         dir: &Path,
         durability: redb::Durability,
         sessions: &SessionStore,
-        restored: &mut Restored,
+        restored: &mut Replayed,
     ) -> Result<Self> {
         use redb::{ReadableDatabase, ReadableTable};
         let db = redb::Database::create(dir.join("entries.redb"))?;
