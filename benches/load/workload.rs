@@ -115,12 +115,7 @@ impl ReplyPool {
 
 /// The reply for a prompt: from the text pool when one of its last 8 ids ends a tool
 /// response, else from the tool-call pool.
-fn reply_for<'a, T>(
-    prompt: &[u32],
-    tool_response_end: u32,
-    tool: &'a [T],
-    text: &'a [T],
-) -> &'a T {
+fn reply_for<'a, T>(prompt: &[u32], tool_response_end: u32, tool: &'a [T], text: &'a [T]) -> &'a T {
     let tail = &prompt[prompt.len().saturating_sub(8)..];
     let pool = if tail.contains(&tool_response_end) {
         text
