@@ -12,6 +12,8 @@ LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN
 # The real clients of tests/agents.rs: Claude Code, Codex CLI, the anthropic/openai SDKs.
 eval "$(scripts/install-agents.sh)"
+# tests/export.rs opens the `.npz` export with numpy.
+python3 -c 'import numpy' 2>/dev/null || pip install --quiet numpy
 export CLAUDE_BIN CODEX_BIN CLIENTS_PYTHON
 cargo test --test conformance -- --nocapture
 mkdir -p target

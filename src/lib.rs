@@ -31,6 +31,7 @@ pub mod backend;
 pub mod chat;
 pub mod config;
 pub mod engine;
+pub mod export;
 pub mod generation;
 pub mod http;
 pub mod journal;

@@ -408,3 +408,37 @@ async fn a_keyed_turn_recorded_before_a_crash_is_answered_from_its_record() {
     assert_eq!(after["nodes"].as_array().unwrap().len(), 1);
     assert_eq!(after["nodes"][0]["metadata"]["num_turns"], 2);
 }
+
+#[tokio::test]
+async fn a_reward_survives_a_restart() {
+    let (dir, worker, port, client) = setup("durability-reward");
+    let server = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    client.turn(&uuid, &mut Vec::new(), "go").await;
+    let reward = json!({"reward": -2.5, "metadata": {"judge": "unit tests", "passed": false}});
+    client.post(&format!("/{uuid}/reward"), reward).await;
+    let export = || async {
+        let url = format!("{}/export?finished=true", client.base);
+        client
+            .http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let before = export().await;
+    drop(server);
+    let _server = serve(&dir, port, &worker.url).await;
+    let after = export().await;
+    let line: Value = serde_json::from_str(after.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (line["reward"].clone(), line["metadata"]["judge"].clone()),
+        (json!(-2.5), json!("unit tests"))
+    );
+    // Everything but the last-use time reads back the same.
+    let without_use = |text: &str| text.split("\"last_accessed\"").next().unwrap().to_string();
+    assert_eq!(without_use(&after), without_use(&before));
+}

@@ -130,6 +130,7 @@ impl From<TurnError> for ApiError {
                 "unavailable_error",
                 error.to_string(),
             ),
+            TurnError::SessionClosed => Self::not_found(error.to_string()),
             TurnError::EmptyPrompt
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }

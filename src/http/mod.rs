@@ -10,6 +10,7 @@ pub mod auth;
 mod body;
 pub mod drain;
 pub mod error;
+mod export;
 mod idempotency;
 mod openai;
 mod responses;
@@ -137,6 +138,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         get().to(responses::retrieve),
     ))
     .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
+    .service(at("/{uuid}/reward", post().to(sessions::reward)))
     .service(at("/{uuid}/v1/models", get().to(admin::session_models)))
     .service(at(
         "/{uuid}/v1/models/{model:.+}",
@@ -149,6 +151,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(at("/setup", post().to(admin::setup)))
     .service(at("/sessions/create", post().to(sessions::create)))
     .service(at("/sessions", get().to(sessions::list)))
+    .service(at("/export", get().to(export::export)))
     .service(at("/{uuid}", web::delete().to(sessions::delete)))
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))

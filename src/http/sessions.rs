@@ -2,13 +2,12 @@
 
 use super::body::read_json;
 use super::{ApiError, AppState};
-use crate::json_numbers::NumberArray;
-use crate::session::{Divergence, HistoryMode, Node, SessionOptions, TurnRecord};
+use crate::session::{Divergence, HistoryMode, Node, Reward, SessionOptions, TurnRecord};
 use crate::tools::ToolFormat;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 #[derive(Debug, Deserialize)]
 pub struct CreateBody {
@@ -86,6 +85,7 @@ pub async fn list(state: web::Data<AppState>) -> HttpResponse {
                 "created_at": s.created_at,
                 "last_accessed": s.last_accessed(),
                 "num_nodes": s.num_nodes(),
+                "reward": s.reward().map(|r| r.reward),
             })
         })
         .collect();
@@ -102,6 +102,36 @@ pub async fn delete(
     state.sessions.remove(&id);
     state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
+}
+
+/// `POST /{uuid}/reward`: `{"reward": number, "metadata": {...}}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardBody {
+    reward: f64,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+}
+
+/// Keeps the rollout's reward (and free metadata) with the session: every export carries it,
+/// and the session counts as finished (`GET /export?finished=true`).
+pub async fn reward(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let session = state.session(&path.into_inner())?;
+    let body: RewardBody = read_json(payload, state.max_body_bytes).await?;
+    let reward = Reward {
+        reward: body.reward,
+        metadata: body.metadata.unwrap_or_default(),
+        rewarded_at: crate::session::now_seconds(),
+    };
+    state.keep(|log| log.rewarded(session.id, &reward))?;
+    let reply = json!({"uuid": session.id, "reward": reward.reward,
+        "metadata": reward.metadata, "rewarded_at": reward.rewarded_at});
+    session.set_reward(reward);
+    Ok(HttpResponse::Ok().json(reply))
 }
 
 pub async fn nodes(
@@ -151,29 +181,7 @@ fn write_node(
     let tokens = node.tokens();
     out.extend_from_slice(b"{\"full_text\":");
     serde_json::to_writer(&mut *out, &state.pipeline.context.tokenizer.decode(&tokens))?;
-    out.extend_from_slice(b",\"tokens\":");
-    let mut array = NumberArray::new(out);
-    array.ids(&tokens);
-    array.finish();
-    // Written run by run: a node is mostly prompt runs, whose mask and logprob are constants.
-    out.extend_from_slice(b",\"masked_tokens\":");
-    let mut array = NumberArray::new(out);
-    for (range, sampled) in node.runs() {
-        match sampled {
-            Some(_) => array.ids(&tokens[range]),
-            None => array.repeat(b"-100", range.len()),
-        }
-    }
-    array.finish();
-    out.extend_from_slice(b",\"logprobs\":");
-    let mut array = NumberArray::new(out);
-    for (range, sampled) in node.runs() {
-        match sampled {
-            Some(logprobs) => logprobs.iter().for_each(|&lp| array.float(f64::from(lp))),
-            None => array.repeat(b"1.0", range.len()),
-        }
-    }
-    array.finish();
+    crate::export::jsonl::write_arrays(out, node, &tokens);
     out.extend_from_slice(b",\"metadata\":");
     let metadata = NodeMetadata {
         node_index: index,

@@ -58,6 +58,17 @@ pub enum Entry {
         /// The reply, whole.
         body: Vec<u8>,
     },
+    /// The rollout's reward was given.
+    Rewarded {
+        /// The session.
+        id: Uuid,
+        /// The reward.
+        reward: f64,
+        /// Its metadata, as JSON.
+        metadata: String,
+        /// When, seconds since the epoch.
+        rewarded_at: f64,
+    },
     /// A Responses API reply was stored on the session (for `previous_response_id`).
     Stored {
         /// The session.
@@ -80,6 +91,7 @@ impl Entry {
             | Self::Relabelled { id, .. }
             | Self::Deleted { id }
             | Self::Replied { id, .. }
+            | Self::Rewarded { id, .. }
             | Self::Stored { id, .. } => *id,
         }
     }
@@ -164,6 +176,18 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
             w.str(content_type);
             w.u32(body.len() as u32);
             w.0.extend_from_slice(body);
+        }
+        Entry::Rewarded {
+            id,
+            reward,
+            metadata,
+            rewarded_at,
+        } => {
+            w.u8(7);
+            w.id(id);
+            w.f64(*reward);
+            w.str(metadata);
+            w.f64(*rewarded_at);
         }
         Entry::Stored {
             id,
@@ -254,6 +278,12 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
                 let n = r.len(1)?;
                 r.take(n)?.to_vec()
             },
+        },
+        7 => Entry::Rewarded {
+            id,
+            reward: r.f64()?,
+            metadata: r.string()?,
+            rewarded_at: r.f64()?,
         },
         _ => return Err(Corrupt("kind")),
     };

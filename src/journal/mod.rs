@@ -18,7 +18,7 @@ pub use codec::Entry;
 
 use crate::session::replies::{KeySlot, RecordedReply};
 use crate::session::responses::StoredResponse;
-use crate::session::{CommitRecord, LogError, Session, SessionLog, SessionStore};
+use crate::session::{CommitRecord, LogError, Reward, Session, SessionLog, SessionStore};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -305,6 +305,16 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
+    fn rewarded(&self, session: Uuid, reward: &Reward) -> Result<(), LogError> {
+        let entry = Entry::Rewarded {
+            id: session,
+            reward: reward.reward,
+            metadata: serde_json::to_string(&reward.metadata).unwrap_or_default(),
+            rewarded_at: reward.rewarded_at,
+        };
+        self.append(&entry).map_err(log_error)
+    }
+
     fn stored(
         &self,
         session: Uuid,
@@ -470,6 +480,20 @@ pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
                     reply: Some(reply),
                 };
                 session.replies.restore(&key, slot);
+            }
+        }
+        Entry::Rewarded {
+            id,
+            reward,
+            metadata,
+            rewarded_at,
+        } => {
+            if let Some(session) = store.get(&id.to_string()) {
+                session.set_reward(Reward {
+                    reward,
+                    metadata: serde_json::from_str(&metadata).unwrap_or_default(),
+                    rewarded_at,
+                });
             }
         }
         Entry::Stored {

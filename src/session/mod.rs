@@ -10,16 +10,18 @@ pub mod node;
 pub mod record;
 pub mod replies;
 pub mod responses;
+mod reward;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
 pub use node::{Divergence, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
 pub use record::{CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply};
+pub use reward::Reward;
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use uuid::Uuid;
 
 /// How earlier assistant turns are put into the next prompt.
@@ -92,6 +94,11 @@ pub struct Session {
     pub responses: responses::ResponseStore,
     /// Replies kept by `Idempotency-Key`.
     pub replies: replies::Replies,
+    /// The rollout's reward, once given.
+    reward: std::sync::Mutex<Option<Reward>>,
+    /// Removed from the store (deleted, expired, exported): a turn that was waiting for the
+    /// lock must not write into it.
+    closed: AtomicBool,
 }
 
 impl Session {
@@ -107,6 +114,8 @@ impl Session {
             state: Arc::new(tokio::sync::Mutex::new(SessionState::default())),
             responses: Default::default(),
             replies: Default::default(),
+            reward: std::sync::Mutex::new(None),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -139,6 +148,21 @@ impl Session {
     /// Records the node count after a commit.
     pub fn set_num_nodes(&self, n: usize) {
         self.num_nodes.store(n, Ordering::Relaxed);
+    }
+
+    /// The rollout's reward, once given.
+    pub fn reward(&self) -> Option<Reward> {
+        self.reward.lock().expect("session reward lock").clone()
+    }
+
+    /// Keeps the rollout's reward (a later one replaces it).
+    pub fn set_reward(&self, reward: Reward) {
+        *self.reward.lock().expect("session reward lock") = Some(reward);
+    }
+
+    /// Whether the session was removed from its store.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 }
 
@@ -235,7 +259,8 @@ impl SessionStore {
             .collect();
         let mut expired = Vec::new();
         for id in idle {
-            if self.sessions.remove(&id).is_some() {
+            if let Some((_, session)) = self.sessions.remove(&id) {
+                session.closed.store(true, Ordering::Release);
                 self.live.fetch_sub(1, Ordering::AcqRel);
                 let mut remembered = self.expired.lock().unwrap_or_else(|e| e.into_inner());
                 if remembered.len() == EXPIRED_KEPT {
@@ -263,10 +288,12 @@ impl SessionStore {
         self.sessions.get(&id).map(|s| s.clone())
     }
 
-    /// Removes the session `id`, if there is one.
+    /// Removes the session `id`, if there is one, and closes it: a turn still waiting for its
+    /// lock finds it closed and writes nothing.
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
         let id = Uuid::parse_str(id).ok()?;
         let (_, session) = self.sessions.remove(&id)?;
+        session.closed.store(true, Ordering::Release);
         self.live.fetch_sub(1, Ordering::AcqRel);
         Some(session)
     }

@@ -219,6 +219,8 @@ pub trait SessionLog: Send + Sync + std::fmt::Debug {
     fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError>;
     /// A turn's reply was kept under an `Idempotency-Key` of `session`.
     fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError>;
+    /// `session`'s rollout got its reward.
+    fn rewarded(&self, session: Uuid, reward: &super::Reward) -> Result<(), LogError>;
     /// A Responses API reply was stored on `session`.
     fn stored(
         &self,

@@ -61,6 +61,9 @@ pub enum TurnError {
     /// No backend sampled the turn.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The session was deleted, expired or exported while the turn waited for it.
+    #[error("the session was removed (deleted, expired or exported) while this turn waited for it")]
+    SessionClosed,
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,

@@ -96,7 +96,7 @@ impl Pipeline {
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
-        let mut guard = session.state.lock().await;
+        let mut guard = lock_open(session).await?;
         if let Some(done) = replay::recorded(session, request.key.as_ref()) {
             let plan = self.plan(session, &guard, request)?;
             let sampled = replay::samples(&done);
@@ -156,7 +156,7 @@ impl Pipeline {
         key: Option<&TurnKey>,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
-        let mut guard = session.state.lock().await;
+        let mut guard = lock_open(session).await?;
         let mut plan = prepare_text(&self.context, &guard, prompt)?;
         let recorded = replay::recorded(session, key);
         let sampled = match &recorded {
@@ -383,6 +383,17 @@ impl Pipeline {
             let tail = &plan.prompt_ids[plan.prompt_ids.len().saturating_sub(4)..];
             crate::reasoning::opened_by(&self.context.tokenizer.decode(tail))
         })
+    }
+}
+
+/// The session's state, locked for a turn, unless the session was removed meanwhile.
+async fn lock_open(
+    session: &Session,
+) -> Result<tokio::sync::MutexGuard<'_, SessionState>, TurnError> {
+    let guard = session.state.lock().await;
+    match session.is_closed() {
+        true => Err(TurnError::SessionClosed),
+        false => Ok(guard),
     }
 }
 

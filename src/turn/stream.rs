@@ -115,6 +115,9 @@ impl Pipeline {
     ) -> Result<TurnStream, TurnError> {
         let under_way = self.under_way();
         let guard = session.state.clone().lock_owned().await;
+        if session.is_closed() {
+            return Err(TurnError::SessionClosed);
+        }
         let plan = self.plan(&session, &guard, &request)?;
         let (opened, calls_before, recorded) =
             match super::replay::recorded(&session, request.key.as_ref()) {

@@ -1,0 +1,239 @@
+//! Rewards and exports: `POST /{uuid}/reward`, `GET /export` as JSON lines (checked against
+//! `GET /nodes`) and as a NumPy `.npz` (opened by numpy in Python and checked against the JSON
+//! lines), the filters, and `delete=true` removing exactly what was exported.
+
+mod common;
+
+use common::mock_worker::{Reply, Sample};
+use common::{Proxy, assert_openai_error, chars, scratch_dir};
+use serde_json::{Value, json};
+
+/// A session with `turns` turns (replies "r0", "r1", ...).
+async fn rollout(proxy: &Proxy, turns: usize) -> String {
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "q"})];
+    for turn in 0..turns {
+        let sample = Sample::stop(chars(&format!("r{turn}")));
+        let (status, reply) = proxy
+            .turn(&uuid, sample, json!({"messages": messages}))
+            .await;
+        assert_eq!(status, 200, "{reply}");
+        messages.push(reply["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": format!("q{turn}")}));
+    }
+    uuid
+}
+
+async fn export_text(proxy: &Proxy, query: &str) -> (u16, String) {
+    let response = reqwest::get(format!("{}/export{query}", proxy.url))
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+fn lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn rewards_are_kept_and_bad_ones_refused() {
+    let proxy = Proxy::atropos();
+    let uuid = rollout(&proxy, 1).await;
+    let path = format!("/{uuid}/reward");
+    let (status, body) = proxy
+        .post(&path, json!({"reward": 0.75, "metadata": {"passed": 3}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["reward"].clone(), body["metadata"]["passed"].clone()),
+        (json!(0.75), json!(3))
+    );
+    for bad in [
+        json!({}),
+        json!({"reward": "high"}),
+        json!({"reward": null}),
+        json!({"reward": 1, "metadata": [1]}),
+        json!({"reward": 1, "extra": true}),
+    ] {
+        let (status, body) = proxy.post(&path, bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_openai_error(&body);
+    }
+    let (status, body) = proxy.post_raw(&path, r#"{"reward": 1e999}"#.into()).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = proxy
+        .post(
+            "/00000000-0000-0000-0000-000000000000/reward",
+            json!({"reward": 1}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    // The first reward stands; a later one would replace it.
+    let (_, sessions) = proxy.get("/sessions").await;
+    assert_eq!(sessions["sessions"][0]["reward"], 0.75);
+}
+
+#[tokio::test]
+async fn jsonl_export_matches_the_nodes_and_filters() {
+    let proxy = Proxy::atropos();
+    let (a, b) = (rollout(&proxy, 2).await, rollout(&proxy, 1).await);
+    proxy
+        .post(
+            &format!("/{a}/reward"),
+            json!({"reward": 1.5, "metadata": {"task": "t1"}}),
+        )
+        .await;
+    let (status, text) = export_text(&proxy, "").await;
+    assert_eq!(status, 200);
+    let exported = lines(&text);
+    assert_eq!(exported.len(), 2);
+    for (uuid, reward) in [(&a, json!(1.5)), (&b, Value::Null)] {
+        let line = exported.iter().find(|l| l["session_id"] == **uuid).unwrap();
+        let node = &proxy.nodes(uuid).await[0];
+        for field in ["tokens", "masked_tokens", "logprobs"] {
+            assert_eq!(line[field], node[field], "{field}");
+        }
+        assert_eq!(line["node_index"], 0);
+        assert_eq!(line["turns"], node["metadata"]["turns"]);
+        assert_eq!(line["reward"], reward);
+        assert!(line["session"]["created_at"].is_f64());
+    }
+    let line_a = exported.iter().find(|l| l["session_id"] == *a).unwrap();
+    assert_eq!(line_a["metadata"]["task"], "t1");
+    assert_eq!(line_a["turns"].as_array().unwrap().len(), 2);
+
+    let only = |query: &str| {
+        let query = query.to_string();
+        let proxy = &proxy;
+        async move {
+            let (status, text) = export_text(proxy, &query).await;
+            assert_eq!(status, 200, "{query}: {text}");
+            lines(&text)
+                .iter()
+                .map(|l| l["session_id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(only("?finished=true").await, vec![a.clone()]);
+    assert_eq!(only("?finished=false").await, vec![b.clone()]);
+    assert_eq!(only(&format!("?sessions={b}")).await, vec![b.clone()]);
+    assert!(only("?since=2999-01-01T00:00:00Z").await.is_empty());
+    assert_eq!(only("?since=0").await.len(), 2);
+    for bad in [
+        "?format=csv",
+        "?since=yesterday",
+        "?finished=maybe",
+        "?pad_to=3",
+        "?colour=red",
+    ] {
+        let (status, body) = export_text(&proxy, bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_openai_error(&serde_json::from_str(&body).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn export_with_delete_removes_exactly_what_it_exported() {
+    let proxy = Proxy::atropos();
+    let (done, running) = (rollout(&proxy, 1).await, rollout(&proxy, 1).await);
+    proxy
+        .post(&format!("/{done}/reward"), json!({"reward": 1}))
+        .await;
+    let (_, text) = export_text(&proxy, "?finished=true&delete=true").await;
+    assert_eq!(lines(&text).len(), 1);
+    assert_eq!(proxy.get(&format!("/{done}/nodes")).await.0, 404);
+    assert_eq!(proxy.get(&format!("/{running}/nodes")).await.0, 200);
+    let (_, again) = export_text(&proxy, "?finished=true&delete=true").await;
+    assert!(again.is_empty(), "nothing exported twice");
+}
+
+#[tokio::test]
+async fn a_turn_waiting_on_a_removed_session_writes_nothing() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    proxy
+        .worker
+        .push(Reply::Delayed(400, vec![Sample::stop(chars("slow"))]));
+    let body = json!({"messages": [{"role": "user", "content": "a"}]});
+    let first = proxy.chat(&uuid, body.clone());
+    let waiting = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        proxy.chat(&uuid, body.clone()).await
+    };
+    let delete = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        proxy.delete(&format!("/{uuid}")).await
+    };
+    let ((first, _), (waited, error), (deleted, _)) = futures::join!(first, waiting, delete);
+    assert_eq!((first, deleted), (200, 200));
+    assert_eq!(waited, 404, "{error}");
+    assert_eq!(
+        proxy.worker.requests().len(),
+        1,
+        "the waiting turn never sampled"
+    );
+}
+
+#[tokio::test]
+async fn npz_export_opens_in_numpy_and_equals_the_jsonl() {
+    let proxy = Proxy::atropos();
+    let (a, b) = (rollout(&proxy, 2).await, rollout(&proxy, 1).await);
+    proxy
+        .post(
+            &format!("/{a}/reward"),
+            json!({"reward": 0.5, "metadata": {"k": "v"}}),
+        )
+        .await;
+    let dir = scratch_dir("export-npz");
+    let (_, text) = export_text(&proxy, "").await;
+    std::fs::write(dir.join("export.jsonl"), &text).unwrap();
+    let response = reqwest::get(format!(
+        "{}/export?format=npz&pad_to=600&pad_id=7",
+        proxy.url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    std::fs::write(dir.join("export.npz"), response.bytes().await.unwrap()).unwrap();
+    let (status, body) = export_text(&proxy, "?format=npz&pad_to=5").await;
+    assert_eq!(status, 400, "{body}");
+    let check = r#"
+import json, math, sys
+import numpy as np
+folder = sys.argv[1]
+rows = [json.loads(l) for l in open(folder + "/export.jsonl")]
+z = np.load(folder + "/export.npz")
+described = json.loads(z["nodes.json"])
+assert z["tokens"].dtype == np.int32 and z["logprobs"].dtype == np.float32, z["tokens"].dtype
+assert z["tokens"].shape == (len(rows), 600), z["tokens"].shape
+for i, row in enumerate(rows):
+    n = len(row["tokens"])
+    assert described[i]["session_id"] == row["session_id"]
+    assert z["lengths"][i] == n
+    assert z["tokens"][i, :n].tolist() == row["tokens"]
+    assert (z["tokens"][i, n:] == 7).all()
+    assert z["masked_tokens"][i, :n].tolist() == row["masked_tokens"]
+    assert (z["masked_tokens"][i, n:] == -100).all()
+    assert np.allclose(z["logprobs"][i, :n], np.array(row["logprobs"], dtype=np.float32))
+    assert z["attention_mask"][i].sum() == n and z["attention_mask"][i, :n].all()
+    if row["reward"] is None:
+        assert math.isnan(z["rewards"][i])
+    else:
+        assert z["rewards"][i] == np.float32(row["reward"])
+        assert described[i]["metadata"] == row["metadata"]
+print("ok", len(rows))
+"#;
+    // numpy: scripts/test.sh installs it.
+    let output = std::process::Command::new("python3")
+        .args(["-c", check])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{said}");
+    assert_eq!(said.trim(), "ok 2");
+    let _ = b;
+}
