@@ -230,6 +230,7 @@ impl Settings {
                 max_session_tokens: self.max_session_tokens.map(|n| n as usize),
                 log: journal.clone(),
                 under_way: Default::default(),
+                gate: Default::default(),
             },
             sessions,
             journal: journal.clone(),

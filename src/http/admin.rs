@@ -22,6 +22,9 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
         "sessions": state.sessions.len(),
         "servers": members.len(),
         "healthy_servers": healthy,
+        "turns_under_way": state.pipeline.turns_under_way(),
+        "paused": state.pipeline.gate.paused(),
+        "weight_version": state.pipeline.gate.weight_version(),
     }))
 }
 

@@ -1,7 +1,8 @@
 //! Who may call: with `--api-key`, every route but `GET /health` needs the key, sent as
 //! `Authorization: Bearer KEY` or (as Anthropic clients send it) `x-api-key: KEY`; with
-//! `--admin-key`, the operator routes (`POST /setup`, `GET /servers`, `GET /sessions`,
-//! `GET /export`) need that key instead, which also opens every other route. A refusal is a 401 in the shape of
+//! `--admin-key`, the operator routes (`POST /setup`, `/pause`, `/resume`, `/weight_version`,
+//! `GET /servers`, `/sessions`, `/export`) need that key instead, which also opens every
+//! other route. A refusal is a 401 in the shape of
 //! the API the request came in by. Keys are kept as SHA-256 digests and compared in constant
 //! time, and never logged.
 
@@ -59,9 +60,8 @@ impl Keys {
 fn access(method: &Method, path: &str) -> Access {
     match (method, path) {
         (&Method::GET, "/health") => Access::Open,
-        (&Method::POST, "/setup") | (&Method::GET, "/servers" | "/sessions" | "/export") => {
-            Access::Operator
-        }
+        (&Method::POST, "/setup" | "/pause" | "/resume" | "/weight_version")
+        | (&Method::GET, "/servers" | "/sessions" | "/export") => Access::Operator,
         _ => Access::Client,
     }
 }
@@ -131,9 +131,14 @@ mod tests {
         assert!(!both.allows(&post, "/setup", Some("k")));
         assert!(both.allows(&post, "/setup", Some("root")));
         assert!(both.allows(&get, "/servers", Some("root")));
-        assert!(!both.allows(&get, "/export", Some("k")), "exports are the operator's");
+        assert!(
+            !both.allows(&get, "/export", Some("k")),
+            "exports are the operator's"
+        );
         assert!(both.allows(&get, "/export", Some("root")));
         assert!(both.allows(&post, "/x/reward", Some("k")));
+        assert!(!both.allows(&post, "/pause", Some("k")));
+        assert!(both.allows(&post, "/x/abort", Some("k")));
         assert!(both.allows(&post, "/sessions/create", Some("root")));
         let admin_only = Keys::new(None, Some("root"));
         assert!(admin_only.allows(&post, "/sessions/create", None));

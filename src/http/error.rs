@@ -19,6 +19,8 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What went wrong, for the client.
     pub message: String,
+    /// Seconds the client should wait before retrying (`Retry-After`), when it is known.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -28,7 +30,23 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client to retry after `seconds`.
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// A reply builder with the status and, when set, `Retry-After`.
+    pub fn reply(&self) -> actix_web::HttpResponseBuilder {
+        let mut reply = HttpResponse::build(self.status);
+        if let Some(seconds) = self.retry_after {
+            reply.insert_header(("Retry-After", seconds.to_string()));
+        }
+        reply
     }
 
     /// 400 for a request the client must fix.
@@ -64,7 +82,7 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(self.body())
+        self.reply().json(self.body())
     }
 }
 
@@ -119,6 +137,9 @@ impl From<TokenizerError> for ApiError {
     }
 }
 
+/// Seconds a turn refused by a pause is told to wait (a weight update takes a while).
+const PAUSED_RETRY_AFTER: u32 = 5;
+
 impl From<TurnError> for ApiError {
     fn from(error: TurnError) -> Self {
         match error {
@@ -131,6 +152,15 @@ impl From<TurnError> for ApiError {
                 error.to_string(),
             ),
             TurnError::SessionClosed => Self::not_found(error.to_string()),
+            TurnError::Paused { .. } => Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                error.to_string(),
+            )
+            .retry_after(PAUSED_RETRY_AFTER),
+            TurnError::Aborted => {
+                Self::new(StatusCode::CONFLICT, "aborted_error", error.to_string())
+            }
             TurnError::EmptyPrompt
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }

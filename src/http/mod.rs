@@ -8,6 +8,7 @@ mod admin;
 mod anthropic;
 pub mod auth;
 mod body;
+mod control;
 pub mod drain;
 pub mod error;
 mod export;
@@ -139,6 +140,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     ))
     .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
     .service(at("/{uuid}/reward", post().to(sessions::reward)))
+    .service(at("/{uuid}/abort", post().to(control::abort)))
     .service(at("/{uuid}/v1/models", get().to(admin::session_models)))
     .service(at(
         "/{uuid}/v1/models/{model:.+}",
@@ -152,6 +154,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(at("/sessions/create", post().to(sessions::create)))
     .service(at("/sessions", get().to(sessions::list)))
     .service(at("/export", get().to(export::export)))
+    .service(at("/pause", post().to(control::pause)))
+    .service(at("/resume", post().to(control::resume)))
+    .service(at("/weight_version", post().to(control::weight_version)))
     .service(at("/{uuid}", web::delete().to(sessions::delete)))
     .default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))

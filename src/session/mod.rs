@@ -99,6 +99,8 @@ pub struct Session {
     /// Removed from the store (deleted, expired, exported): a turn that was waiting for the
     /// lock must not write into it.
     closed: AtomicBool,
+    /// Bumped by `POST /{uuid}/abort`; a turn at the backend watches it.
+    aborts: tokio::sync::watch::Sender<u64>,
 }
 
 impl Session {
@@ -116,6 +118,7 @@ impl Session {
             replies: Default::default(),
             reward: std::sync::Mutex::new(None),
             closed: AtomicBool::new(false),
+            aborts: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -158,6 +161,18 @@ impl Session {
     /// Keeps the rollout's reward (a later one replaces it).
     pub fn set_reward(&self, reward: Reward) {
         *self.reward.lock().expect("session reward lock") = Some(reward);
+    }
+
+    /// What a turn at the backend watches: it changes when the session's turn is aborted.
+    pub fn abort_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.aborts.subscribe()
+    }
+
+    /// Aborts the turn at the backend, if there is one; returns whether there was.
+    pub fn abort(&self) -> bool {
+        let watched = self.aborts.receiver_count() > 0;
+        self.aborts.send_modify(|n| *n += 1);
+        watched
     }
 
     /// Whether the session was removed from its store.

@@ -23,6 +23,7 @@
 
 mod choice_stream;
 mod commit;
+pub mod gate;
 mod matching;
 mod nudge;
 mod pipeline;
@@ -64,6 +65,15 @@ pub enum TurnError {
     /// The session was deleted, expired or exported while the turn waited for it.
     #[error("the session was removed (deleted, expired or exported) while this turn waited for it")]
     SessionClosed,
+    /// The proxy is paused in `reject` mode (`POST /pause`).
+    #[error("the proxy is paused{}; retry after it resumes", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Paused {
+        /// Why, as the operator said.
+        reason: Option<String>,
+    },
+    /// The session's turn was aborted (`POST /{uuid}/abort`); nothing was recorded.
+    #[error("the turn was aborted (POST /{{uuid}}/abort); nothing was recorded")]
+    Aborted,
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,

@@ -30,6 +30,8 @@ pub struct Pipeline {
     pub log: Option<Arc<dyn SessionLog>>,
     /// Turns under way (a drain waits for them).
     pub under_way: Arc<std::sync::atomic::AtomicUsize>,
+    /// Holds new turns while the proxy is paused; the announced weight version.
+    pub gate: Arc<super::gate::Gate>,
 }
 
 /// Counts a turn as under way while it lives.
@@ -262,13 +264,21 @@ impl Pipeline {
         self.write(session, state, record)
     }
 
-    /// Journals `record` (when there is a journal), then applies it.
+    /// Journals `record` (when there is a journal), then applies it. A choice whose backend
+    /// reported no weight version gets the one the trainer announced.
     fn write(
         &self,
         session: &Session,
         state: &mut SessionState,
-        record: CommitRecord,
+        mut record: CommitRecord,
     ) -> Result<Vec<usize>, TurnError> {
+        if let Some(announced) = self.gate.weight_version() {
+            for choice in &mut record.choices {
+                choice
+                    .weight_version
+                    .get_or_insert_with(|| announced.clone());
+            }
+        }
         if let Some(log) = &self.log {
             log.committed(session.id, &record)
                 .map_err(|e| TurnError::Journal(e.0))?;
@@ -303,18 +313,23 @@ impl Pipeline {
         n: u32,
     ) -> Result<Vec<(crate::generation::Generation, Arc<str>)>, TurnError> {
         let params = self.fit(params, plan.prompt_ids.len())?;
+        self.gate.pass().await?;
         let request = GenerateRequest {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params,
             n,
         };
         let previous = session.backend();
-        let sampled = self
-            .backends
-            .generate(&request, route(session, previous.as_deref()))
-            .await;
+        let mut aborted = session.abort_signal();
+        // An abort drops the backend call, which cancels the request.
+        let sampled = tokio::select! {
+            sampled = self.backends.generate(&request, route(session, previous.as_deref())) => {
+                Some(sampled)
+            }
+            _ = aborted.changed() => None,
+        };
         plan.prompt_ids = request.prompt;
-        let sampled = sampled?;
+        let sampled = sampled.ok_or(TurnError::Aborted)??;
         if let Some(used) = sampled.backends.first() {
             self.backends.record_affinity(previous.as_deref(), used);
             session.set_backend(used.clone());

@@ -118,6 +118,8 @@ impl Pipeline {
         if session.is_closed() {
             return Err(TurnError::SessionClosed);
         }
+        // Watched from here: an abort while the backend streams open is seen when they have.
+        let aborted = session.abort_signal();
         let plan = self.plan(&session, &guard, &request)?;
         let (opened, calls_before, recorded) =
             match super::replay::recorded(&session, request.key.as_ref()) {
@@ -139,6 +141,7 @@ impl Pipeline {
             events,
         };
         let turn = StreamedTurn {
+            aborted,
             reasoning: self.reasoning_mode(&session, &plan),
             calls: CallIds::after(calls_before, request.call_id_prefix),
             recorded,
@@ -175,6 +178,7 @@ impl Pipeline {
             .collect();
         let (pipeline, session) = (self.clone(), session.clone());
         Ok(Box::pin(async move {
+            pipeline.gate.pass().await?;
             let opening = requests
                 .iter()
                 .map(|generate| pipeline.sample_stream(&session, generate));
@@ -195,6 +199,8 @@ struct StreamedTurn {
     calls: CallIds,
     /// The turn was recorded before (a retry): its streams replay the record.
     recorded: bool,
+    /// Changes when the session's turn is aborted.
+    aborted: tokio::sync::watch::Receiver<u64>,
     /// Held until the turn ends (a drain waits for it).
     _under_way: super::pipeline::UnderWay,
 }
@@ -234,7 +240,7 @@ impl StreamedTurn {
     }
 
     /// Waits for the backend streams to open, with keep-alives; gives up when the client leaves.
-    async fn wait_for(&self, mut opening: Opening) -> Result<Opened, Gone> {
+    async fn wait_for(&mut self, mut opening: Opening) -> Result<Opened, Gone> {
         let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
         loop {
             tokio::select! {
@@ -242,6 +248,7 @@ impl StreamedTurn {
                     Ok(opened) => Ok(opened),
                     Err(error) => Err(self.fail(error).await),
                 },
+                _ = self.aborted.changed() => return Err(self.fail(TurnError::Aborted).await),
                 _ = self.sender.closed() => return Err(Gone),
                 _ = keep_alive.tick() => self.send(TurnEvent::KeepAlive).await?,
             }
@@ -281,6 +288,7 @@ impl StreamedTurn {
                         return Err(self.fail(BackendError::Protocol { url, reason }.into()).await);
                     }
                 },
+                _ = self.aborted.changed() => return Err(self.fail(TurnError::Aborted).await),
                 _ = self.sender.closed() => return Err(Gone),
                 _ = keep_alive.tick() => {
                     self.send(TurnEvent::KeepAlive).await?;

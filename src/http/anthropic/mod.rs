@@ -61,7 +61,7 @@ impl ResponseError for AnthropicError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.0.status).json(self.body())
+        self.0.reply().json(self.body())
     }
 }
 

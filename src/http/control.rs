@@ -1,0 +1,82 @@
+//! The RL control plane: pause and resume new turns around a weight update, announce the
+//! weight version, and abort a session's turn.
+
+use super::body::{parse_json, read_body};
+use super::{ApiError, AppState};
+use crate::turn::gate::{Pause, PauseMode};
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+use serde_json::json;
+
+/// `POST /pause`'s body; every field optional (an empty body pauses in `wait` mode).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    mode: Option<PauseMode>,
+    reason: Option<String>,
+}
+
+/// `POST /pause`: new turns wait (or, with `"mode": "reject"`, get a 429 with `Retry-After`);
+/// turns already at a backend finish. The reply says how many turns are under way, so a
+/// trainer can wait for zero before it swaps weights.
+pub async fn pause(
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload, state.max_body_bytes).await?;
+    let body: PauseBody = match body.iter().all(u8::is_ascii_whitespace) {
+        true => PauseBody::default(),
+        false => parse_json(&body)?,
+    };
+    let pause = Pause {
+        mode: body.mode.unwrap_or(PauseMode::Wait),
+        reason: body.reason,
+        since: crate::session::now_seconds(),
+    };
+    tracing::info!(mode = ?pause.mode, reason = ?pause.reason, "paused");
+    state.pipeline.gate.pause(pause.clone());
+    Ok(HttpResponse::Ok().json(json!({
+        "paused": pause,
+        "turns_under_way": state.pipeline.turns_under_way(),
+    })))
+}
+
+/// `POST /resume`: waiting turns go on.
+pub async fn resume(state: web::Data<AppState>) -> HttpResponse {
+    let was = state.pipeline.gate.resume();
+    tracing::info!(was_paused = was.is_some(), "resumed");
+    HttpResponse::Ok().json(json!({"resumed": was.is_some(), "was": was}))
+}
+
+/// `POST /weight_version`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WeightVersionBody {
+    weight_version: Option<String>,
+}
+
+/// `POST /weight_version`: `{"weight_version": "v7"}` is recorded on the turns sampled from now
+/// on whose backend reports no version (`null` stops it).
+pub async fn weight_version(
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload, state.max_body_bytes).await?;
+    let body: WeightVersionBody = parse_json(&body)?;
+    state
+        .pipeline
+        .gate
+        .set_weight_version(body.weight_version.clone());
+    Ok(HttpResponse::Ok().json(json!({"weight_version": body.weight_version})))
+}
+
+/// `POST /{uuid}/abort`: the session's turn at the backend (if any) is cancelled: its request
+/// is dropped, its client gets a 409 (or an error event), and the session is left as it was.
+pub async fn abort(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let session = state.session(&path.into_inner())?;
+    let aborted = session.abort();
+    Ok(HttpResponse::Ok().json(json!({"uuid": session.id, "aborted": aborted})))
+}
