@@ -12,8 +12,9 @@ LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN
 # The real clients of tests/agents.rs: Claude Code, Codex CLI, the anthropic/openai SDKs.
 eval "$(scripts/install-agents.sh)"
-# tests/export.rs opens the `.npz` export with numpy.
-python3 -c 'import numpy' 2>/dev/null || pip install --quiet numpy
+# tests/export.rs opens the `.npz` export with numpy; tests/metrics.rs parses /metrics with
+# prometheus_client.
+python3 -c 'import numpy, prometheus_client' 2>/dev/null || pip install --quiet numpy prometheus_client
 export CLAUDE_BIN CODEX_BIN CLIENTS_PYTHON
 cargo test --test conformance -- --nocapture
 mkdir -p target

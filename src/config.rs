@@ -231,6 +231,7 @@ impl Settings {
                 log: journal.clone(),
                 under_way: Default::default(),
                 gate: Default::default(),
+                metrics: Default::default(),
             },
             sessions,
             journal: journal.clone(),

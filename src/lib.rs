@@ -37,6 +37,7 @@ pub mod http;
 pub mod journal;
 pub mod json_numbers;
 pub mod memory;
+pub mod metrics;
 pub mod reasoning;
 pub mod session;
 pub mod template;

@@ -3,6 +3,7 @@
 use super::body::read_json;
 use super::{ApiError, AppState};
 use crate::backend::BackendConfig;
+use crate::metrics::{BackendReading, Live};
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
@@ -83,6 +84,44 @@ fn model_card(state: &AppState) -> serde_json::Value {
         "created": 0,
         "owned_by": "rollout-proxy",
     })
+}
+
+/// `GET /metrics`: Prometheus' text format.
+pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let backends = state
+        .pipeline
+        .backends
+        .members()
+        .iter()
+        .map(|member| {
+            let (requests, errors, retries) = member.counts();
+            BackendReading {
+                url: member.base_url().to_string(),
+                healthy: member.is_healthy(),
+                in_flight: member.in_flight() as u64,
+                requests,
+                errors,
+                retries,
+            }
+        })
+        .collect();
+    let live = Live {
+        backends,
+        sessions: state.sessions.len() as u64,
+        turns_under_way: state.pipeline.turns_under_way() as u64,
+        journal_bytes: state.journal.as_ref().and_then(|log| log.bytes()),
+        paused: state.pipeline.gate.paused().is_some(),
+    };
+    let text = state.pipeline.metrics.encode(&live).map_err(|e| {
+        ApiError::new(
+            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            e.to_string(),
+        )
+    })?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(text))
 }
 
 pub async fn servers(state: web::Data<AppState>) -> HttpResponse {

@@ -1,7 +1,7 @@
 //! Who may call: with `--api-key`, every route but `GET /health` needs the key, sent as
 //! `Authorization: Bearer KEY` or (as Anthropic clients send it) `x-api-key: KEY`; with
 //! `--admin-key`, the operator routes (`POST /setup`, `/pause`, `/resume`, `/weight_version`,
-//! `GET /servers`, `/sessions`, `/export`) need that key instead, which also opens every
+//! `GET /servers`, `/sessions`, `/export`, `/metrics`) need that key instead, which also opens every
 //! other route. A refusal is a 401 in the shape of
 //! the API the request came in by. Keys are kept as SHA-256 digests and compared in constant
 //! time, and never logged.
@@ -61,7 +61,7 @@ fn access(method: &Method, path: &str) -> Access {
     match (method, path) {
         (&Method::GET, "/health") => Access::Open,
         (&Method::POST, "/setup" | "/pause" | "/resume" | "/weight_version")
-        | (&Method::GET, "/servers" | "/sessions" | "/export") => Access::Operator,
+        | (&Method::GET, "/servers" | "/sessions" | "/export" | "/metrics") => Access::Operator,
         _ => Access::Client,
     }
 }

@@ -150,6 +150,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(at("/v1/models", get().to(admin::models)))
     .service(at("/v1/models/{model:.+}", get().to(admin::model)))
     .service(at("/servers", get().to(admin::servers)))
+    .service(at("/metrics", get().to(admin::metrics)))
     .service(at("/setup", post().to(admin::setup)))
     .service(at("/sessions/create", post().to(sessions::create)))
     .service(at("/sessions", get().to(sessions::list)))

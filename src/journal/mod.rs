@@ -337,6 +337,10 @@ impl SessionLog for Journal {
     fn sync(&self) -> Result<(), LogError> {
         Journal::sync(self).map_err(log_error)
     }
+
+    fn bytes(&self) -> Option<u64> {
+        Some(self.size())
+    }
 }
 
 fn log_error(error: JournalError) -> LogError {

@@ -230,6 +230,10 @@ pub trait SessionLog: Send + Sync + std::fmt::Debug {
     ) -> Result<(), LogError>;
     /// Housekeeping after deletions (the journal compacts); called at most once a second.
     fn tidy(&self) -> Result<(), LogError>;
+    /// Bytes the log takes, when it can say (for `GET /metrics`).
+    fn bytes(&self) -> Option<u64> {
+        None
+    }
     /// Forces everything to durable storage (when the proxy drains).
     fn sync(&self) -> Result<(), LogError>;
 }

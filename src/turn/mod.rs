@@ -113,6 +113,24 @@ pub enum TurnError {
     },
 }
 
+impl TurnError {
+    /// A short name of the cause, for metrics.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Self::Template(_) => "template",
+            Self::Tokenizer(_) => "tokenizer",
+            Self::Backend(_) => "backend",
+            Self::SessionClosed => "session_closed",
+            Self::Paused { .. } => "paused",
+            Self::Aborted => "aborted",
+            Self::EmptyPrompt | Self::UnknownToken { .. } => "bad_prompt",
+            Self::Journal(_) => "journal",
+            Self::SessionFull { .. } => "session_full",
+            Self::PromptTooLong { .. } => "prompt_too_long",
+        }
+    }
+}
+
 /// The model-side pieces every turn needs.
 #[derive(Debug, Clone)]
 pub struct TurnContext {

@@ -9,9 +9,11 @@ use super::{
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
 use crate::generation::{GenerateRequest, Generation, SamplingParams};
+use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::session::replies::TurnKey;
-use crate::session::{CommitRecord, Session, SessionLog, SessionState, TurnLabels};
+use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Runs turns: the model-side pieces and the backend pool. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -32,6 +34,21 @@ pub struct Pipeline {
     pub under_way: Arc<std::sync::atomic::AtomicUsize>,
     /// Holds new turns while the proxy is paused; the announced weight version.
     pub gate: Arc<super::gate::Gate>,
+    /// What `GET /metrics` reports of turns.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Times a stage while it lives.
+pub(super) struct Timed<'m> {
+    metrics: &'m Metrics,
+    stage: Stage,
+    started: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.metrics.time(self.stage, self.started.elapsed());
+    }
 }
 
 /// Counts a turn as under way while it lives.
@@ -97,6 +114,16 @@ impl Pipeline {
         session: &Session,
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
+        let started = Instant::now();
+        let result = self.run_turn(session, request).await;
+        self.measured(request.api, started, result)
+    }
+
+    async fn run_turn(
+        &self,
+        session: &Session,
+        request: &ChatRequest,
+    ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = lock_open(session).await?;
         if let Some(done) = replay::recorded(session, request.key.as_ref()) {
@@ -157,6 +184,21 @@ impl Pipeline {
         n: u32,
         key: Option<&TurnKey>,
     ) -> Result<TurnOutput, TurnError> {
+        let started = Instant::now();
+        let result = self
+            .complete_text_turn(session, prompt, params, n, key)
+            .await;
+        self.measured("completions", started, result)
+    }
+
+    async fn complete_text_turn(
+        &self,
+        session: &Session,
+        prompt: &TextPrompt,
+        params: SamplingParams,
+        n: u32,
+        key: Option<&TurnKey>,
+    ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = lock_open(session).await?;
         let mut plan = prepare_text(&self.context, &guard, prompt)?;
@@ -190,6 +232,20 @@ impl Pipeline {
         Ok(TurnOutput { plan, choices })
     }
 
+    /// Times a finished turn, or counts its failure by cause.
+    pub(super) fn measured<T>(
+        &self,
+        api: &'static str,
+        started: Instant,
+        result: Result<T, TurnError>,
+    ) -> Result<T, TurnError> {
+        match &result {
+            Ok(_) => self.metrics.time(Stage::Turn, started.elapsed()),
+            Err(error) => self.metrics.failure(api, error.cause()),
+        }
+        result
+    }
+
     /// The prompt of a chat turn on `session` (whose state is `state`).
     pub(super) fn plan(
         &self,
@@ -197,6 +253,7 @@ impl Pipeline {
         state: &SessionState,
         request: &ChatRequest,
     ) -> Result<Plan, TurnError> {
+        let _timed = self.timed(Stage::Plan);
         prepare(
             &self.context,
             state,
@@ -272,6 +329,7 @@ impl Pipeline {
         state: &mut SessionState,
         mut record: CommitRecord,
     ) -> Result<Vec<usize>, TurnError> {
+        let _timed = self.timed(Stage::Commit);
         if let Some(announced) = self.gate.weight_version() {
             for choice in &mut record.choices {
                 choice
@@ -279,11 +337,47 @@ impl Pipeline {
                     .get_or_insert_with(|| announced.clone());
             }
         }
+        self.count(state, &record);
         if let Some(log) = &self.log {
             log.committed(session.id, &record)
                 .map_err(|e| TurnError::Journal(e.0))?;
         }
         Ok(session.apply(state, &record))
+    }
+
+    /// Counts a turn about to be recorded: its tokens, and why it starts a new node.
+    fn count(&self, state: &SessionState, record: &CommitRecord) {
+        let base = match &record.start {
+            Start::Extend { node } => state.nodes.get(*node).map_or(0, |n| n.len()),
+            Start::New { divergence } => {
+                if let Some(divergence) = divergence {
+                    self.metrics.divergence(divergence.reason);
+                }
+                0
+            }
+        };
+        let Some(first) = record.choices.first() else {
+            return;
+        };
+        let tokens = TurnTokens {
+            prompt: (base + record.new_prompt.len()) as u64,
+            sampled: record
+                .choices
+                .iter()
+                .map(|c| c.token_ids.len() as u64)
+                .sum(),
+            cached: u64::from(first.cached_tokens.unwrap_or(0)),
+        };
+        self.metrics.turn(record.labels.api, &first.backend, tokens);
+    }
+
+    /// Times `stage` until the guard is dropped.
+    pub(super) fn timed(&self, stage: Stage) -> Timed<'_> {
+        Timed {
+            metrics: &self.metrics,
+            stage,
+            started: Instant::now(),
+        }
     }
 
     /// Labels the last turn of `node` with how the nudge went.
@@ -321,6 +415,7 @@ impl Pipeline {
         };
         let previous = session.backend();
         let mut aborted = session.abort_signal();
+        let _timed = self.timed(Stage::Backend);
         // An abort drops the backend call, which cancels the request.
         let sampled = tokio::select! {
             sampled = self.backends.generate(&request, route(session, previous.as_deref())) => {

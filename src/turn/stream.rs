@@ -9,11 +9,12 @@ use super::{ChoiceOutput, Pipeline, Plan, TurnError, Usage};
 use crate::backend::{BackendError, EventStream};
 use crate::chat::ChatRequest;
 use crate::generation::{StopMatch, StreamEvent};
+use crate::metrics::Stage;
 use crate::session::{Session, SessionState};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, mpsc};
 
 /// How often [`TurnEvent::KeepAlive`] is sent while the backend is silent (a long prefill, a
@@ -113,6 +114,20 @@ impl Pipeline {
         session: Arc<Session>,
         request: ChatRequest,
     ) -> Result<TurnStream, TurnError> {
+        let api = request.api;
+        let opened = self.stream_turn(session, request).await;
+        if let Err(error) = &opened {
+            self.metrics.failure(api, error.cause());
+        }
+        opened
+    }
+
+    async fn stream_turn(
+        &self,
+        session: Arc<Session>,
+        request: ChatRequest,
+    ) -> Result<TurnStream, TurnError> {
+        let started = Instant::now();
         let under_way = self.under_way();
         let guard = session.state.clone().lock_owned().await;
         if session.is_closed() {
@@ -142,6 +157,8 @@ impl Pipeline {
         };
         let turn = StreamedTurn {
             aborted,
+            started,
+            first_tokens: false,
             reasoning: self.reasoning_mode(&session, &plan),
             calls: CallIds::after(calls_before, request.call_id_prefix),
             recorded,
@@ -201,6 +218,10 @@ struct StreamedTurn {
     recorded: bool,
     /// Changes when the session's turn is aborted.
     aborted: tokio::sync::watch::Receiver<u64>,
+    /// When the turn began (its stages are timed from there).
+    started: Instant,
+    /// Whether sampled tokens have arrived yet.
+    first_tokens: bool,
     /// Held until the turn ends (a drain waits for it).
     _under_way: super::pipeline::UnderWay,
 }
@@ -233,8 +254,18 @@ impl StreamedTurn {
             ),
         };
         let event = match recorded {
-            Ok(_) => TurnEvent::Done(Usage::of(&self.plan, &choices)),
-            Err(error) => TurnEvent::Failed(error),
+            Ok(_) => {
+                self.pipeline
+                    .metrics
+                    .time(Stage::Turn, self.started.elapsed());
+                TurnEvent::Done(Usage::of(&self.plan, &choices))
+            }
+            Err(error) => {
+                self.pipeline
+                    .metrics
+                    .failure(self.request.api, error.cause());
+                TurnEvent::Failed(error)
+            }
         };
         let _ = self.send(event).await;
     }
@@ -302,6 +333,11 @@ impl StreamedTurn {
                 top_logprobs,
             } = &event
             {
+                if !self.first_tokens {
+                    self.first_tokens = true;
+                    let metrics = &self.pipeline.metrics;
+                    metrics.time(Stage::FirstToken, self.started.elapsed());
+                }
                 let deltas = choice.push_tokens(token_ids, &mut self.calls);
                 let tokens = SampledTokens {
                     token_ids: token_ids.clone(),
@@ -345,6 +381,9 @@ impl StreamedTurn {
 
     /// Reports a failure after the stream started.
     async fn fail(&self, error: TurnError) -> Gone {
+        self.pipeline
+            .metrics
+            .failure(self.request.api, error.cause());
         let _ = self.send(TurnEvent::Failed(error)).await;
         Gone
     }

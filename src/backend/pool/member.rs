@@ -72,6 +72,15 @@ impl Member {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Requests sent to it, those that failed, and retries, so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+            self.retries.load(Ordering::Relaxed),
+        )
+    }
+
     /// Whether its last health check passed.
     pub fn is_healthy(&self) -> bool {
         self.health.lock().expect("health lock").healthy

@@ -1,0 +1,107 @@
+//! `GET /metrics`: Prometheus' text format, read back by `prometheus_client`'s own parser in
+//! Python, counting what the turns did.
+
+mod common;
+
+use common::mock_worker::{Reply, Sample};
+use common::{Proxy, chars, scratch_dir};
+use serde_json::{Value, json};
+
+/// Every sample of the scrape as `{"name{label=value,...}": value}`, by the Python parser.
+fn parse_with_prometheus_client(text: &str) -> Value {
+    let dir = scratch_dir("metrics-scrape");
+    std::fs::write(dir.join("scrape.txt"), text).unwrap();
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+samples = {}
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for s in family.samples:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+        samples[f"{s.name}{{{labels}}}"] = s.value
+print(json.dumps(samples))
+"#;
+    // prometheus_client: scripts/test.sh installs it.
+    let output = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir.join("scrape.txt"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_turns_tokens_stages_failures_and_backends() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let backend = proxy.worker.url.clone();
+    let first = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let (status, reply) = proxy
+        .turn(&uuid, Sample::stop(chars("hello")), first.clone())
+        .await;
+    assert_eq!(status, 200);
+    let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    // An edited history: a new node, counted as a divergence.
+    let edited = json!({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "something else"},
+        {"role": "user", "content": "and?"}]});
+    proxy.turn(&uuid, Sample::stop(chars("ok")), edited).await;
+    proxy.worker.push(Reply::Error(400, "context too long"));
+    let (status, _) = proxy.chat(&uuid, first).await;
+    assert_eq!(status, 400);
+    let response = reqwest::get(format!("{}/metrics", proxy.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let samples = parse_with_prometheus_client(&response.text().await.unwrap());
+    let at = |key: &str| samples.get(key).and_then(Value::as_f64).unwrap_or(-1.0);
+    let turn = format!("api=chat.completions,backend={backend}");
+    assert_eq!(
+        at(&format!("rollout_turns_total{{{turn}}}")),
+        2.0,
+        "{samples}"
+    );
+    assert_eq!(
+        at(&format!("rollout_tokens_total{{{turn},kind=sampled}}")),
+        7.0
+    );
+    assert!(at(&format!("rollout_tokens_total{{{turn},kind=prompt}}")) > prompt_tokens as f64);
+    assert_eq!(
+        at("rollout_node_divergences_total{reason=unmatched_assistant_message}"),
+        1.0,
+        "{samples}"
+    );
+    assert_eq!(
+        at("rollout_turn_failures_total{api=chat.completions,cause=backend}"),
+        1.0
+    );
+    for stage in ["plan", "backend", "commit", "turn"] {
+        assert!(
+            at(&format!("rollout_stage_seconds_count{{stage={stage}}}")) >= 2.0,
+            "{stage}: {samples}"
+        );
+    }
+    let of_backend = format!("{{backend={backend}}}");
+    assert_eq!(at(&format!("rollout_backend_healthy{of_backend}")), 1.0);
+    assert_eq!(
+        at(&format!("rollout_backend_requests_total{of_backend}")),
+        3.0
+    );
+    assert_eq!(
+        at(&format!("rollout_backend_errors_total{of_backend}")),
+        1.0
+    );
+    assert_eq!(at("rollout_sessions{}"), 1.0);
+    assert_eq!(at("rollout_paused{}"), 0.0);
+}
