@@ -139,6 +139,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         get().to(responses::retrieve),
     ))
     .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
+    .service(at("/{uuid}/divergences", get().to(sessions::divergences)))
     .service(at("/{uuid}/reward", post().to(sessions::reward)))
     .service(at("/{uuid}/abort", post().to(control::abort)))
     .service(at("/{uuid}/v1/models", get().to(admin::session_models)))

@@ -134,6 +134,35 @@ pub async fn reward(
     Ok(HttpResponse::Ok().json(reply))
 }
 
+/// `GET /{uuid}/divergences`: each turn that could not extend a node, with where its prompt
+/// parted from the closest node (ids and their text on both sides).
+pub async fn divergences(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let session = state.session(&path.into_inner())?;
+    let guard = session.state.lock().await;
+    let tokenizer = &state.pipeline.context.tokenizer;
+    let side = |ids: &[u32]| json!({"token_ids": ids, "text": tokenizer.decode(ids)});
+    let reports: Vec<Value> = guard
+        .divergences
+        .iter()
+        .map(|report| {
+            json!({
+                "node": report.node,
+                "reason": report.divergence.reason,
+                "detail": report.divergence.detail,
+                "closest_node": report.closest_node,
+                "position": report.position,
+                "window_start": report.window_start,
+                "expected": side(&report.expected),
+                "received": side(&report.received),
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"divergences": reports})))
+}
+
 pub async fn nodes(
     state: web::Data<AppState>,
     path: web::Path<String>,

@@ -5,6 +5,7 @@
 //! because state is only written after the backend answered.
 
 pub mod completion;
+pub mod divergences;
 mod ids;
 pub mod node;
 pub mod record;
@@ -64,6 +65,8 @@ pub struct SessionState {
     pub tail_of: HashMap<CompletionId, usize>,
     /// Tool calls returned so far: the next call's id is `call_{issued_calls}`.
     pub issued_calls: usize,
+    /// Turns that could not extend a node, and where they parted from the closest one.
+    pub divergences: divergences::Divergences,
 }
 
 impl SessionState {

@@ -133,6 +133,13 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         }
         _ => None,
     };
+    if let Start::New {
+        divergence: Some(divergence),
+    } = &record.start
+    {
+        let node = state.nodes.len();
+        (state.divergences).note(node, divergence, &record.new_prompt, &state.nodes);
+    }
     let mut placed = Vec::with_capacity(record.choices.len());
     for (i, choice) in record.choices.iter().enumerate() {
         let (index, mut node) = match (&record.start, &base_copy) {
