@@ -54,15 +54,23 @@ pub fn write(exports: &[SessionExport], padding: Padding) -> Result<Vec<u8>, Exp
     for (row, (export, index, node)) in rows.iter().enumerate() {
         ids.clear();
         node.copy_tokens_into(&mut ids);
-        for (column, &id) in ids.iter().enumerate() {
-            tokens[(row, column)] = id as i32;
-            attention[(row, column)] = 1;
+        let n = ids.len();
+        // Rows are contiguous (standard layout): filled slice by slice.
+        for (cell, &id) in row_of(&mut tokens, row)[..n].iter_mut().zip(&ids) {
+            *cell = id as i32;
         }
+        row_of(&mut attention, row)[..n].fill(1);
+        let masked_row = row_of(&mut masked, row);
+        let logprobs_row = row_of(&mut logprobs, row);
         for (range, sampled) in node.runs() {
             if let Some(sampled) = sampled {
-                for (column, &logprob) in range.zip(sampled) {
-                    masked[(row, column)] = ids[column] as i32;
-                    logprobs[(row, column)] = logprob;
+                for ((cell, &id), (lp_cell, &logprob)) in masked_row[range.clone()]
+                    .iter_mut()
+                    .zip(&ids[range.clone()])
+                    .zip(logprobs_row[range].iter_mut().zip(sampled))
+                {
+                    *cell = id as i32;
+                    *lp_cell = logprob;
                 }
             }
         }
@@ -93,6 +101,14 @@ pub fn write(exports: &[SessionExport], padding: Padding) -> Result<Vec<u8>, Exp
     })?;
     let bytes = zip.finish().map_err(failed)?;
     Ok(bytes.into_inner())
+}
+
+/// Row `row` of a standard-layout (so contiguous) array, as a slice.
+fn row_of<A>(array: &mut Array2<A>, row: usize) -> &mut [A] {
+    array
+        .row_mut(row)
+        .into_slice()
+        .expect("rows of a standard-layout array are contiguous")
 }
 
 type Zip = zip::ZipWriter<Cursor<Vec<u8>>>;
