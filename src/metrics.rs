@@ -1,7 +1,8 @@
 //! `GET /metrics`: what the proxy does, in Prometheus' text format (the `prometheus-client`
 //! crate): turns and tokens by API and backend, time per stage of a turn, node divergences by
 //! reason, failed turns by cause; and, read at scrape time, each backend's health, requests in
-//! flight, errors and retries, the live sessions, turns under way and the journal's size.
+//! flight, errors and retries, the live sessions, turns under way and at a backend, and the
+//! journal's size.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -207,6 +208,8 @@ pub struct Live {
     pub sessions: u64,
     /// Turns under way.
     pub turns_under_way: u64,
+    /// Turns at a backend (past the pause gate).
+    pub turns_at_backend: u64,
     /// Bytes of the journal (`--data-dir`).
     pub journal_bytes: Option<u64>,
     /// Whether new turns are held (`POST /pause`).
@@ -263,6 +266,11 @@ impl Live {
             gauge
         };
         registry.register("sessions", "Live sessions", gauge(self.sessions));
+        registry.register(
+            "turns_at_backend",
+            "Turns at a backend",
+            gauge(self.turns_at_backend),
+        );
         registry.register(
             "turns_under_way",
             "Turns under way",

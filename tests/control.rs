@@ -33,6 +33,9 @@ async fn a_pause_holds_new_turns_until_resume() {
     };
     let resume = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (_, health) = proxy.get("/health").await;
+        assert_eq!(health["turns_under_way"], 2, "both held: {health}");
+        assert_eq!(health["turns_at_backend"], 0, "{health}");
         assert!(
             proxy.worker.requests().is_empty(),
             "nothing reached the backend"

@@ -24,6 +24,7 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
         "servers": members.len(),
         "healthy_servers": healthy,
         "turns_under_way": state.pipeline.turns_under_way(),
+        "turns_at_backend": state.pipeline.gate.turns_at_backend(),
         "paused": state.pipeline.gate.paused(),
         "weight_version": state.pipeline.gate.weight_version(),
     }))
@@ -109,6 +110,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         backends,
         sessions: state.sessions.len() as u64,
         turns_under_way: state.pipeline.turns_under_way() as u64,
+        turns_at_backend: state.pipeline.gate.turns_at_backend() as u64,
         journal_bytes: state.journal.as_ref().and_then(|log| log.bytes()),
         paused: state.pipeline.gate.paused().is_some(),
     };

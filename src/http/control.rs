@@ -17,8 +17,8 @@ struct PauseBody {
 }
 
 /// `POST /pause`: new turns wait (or, with `"mode": "reject"`, get a 429 with `Retry-After`);
-/// turns already at a backend finish. The reply says how many turns are under way, so a
-/// trainer can wait for zero before it swaps weights.
+/// turns already at a backend finish. The reply says how many are at a backend, so a trainer
+/// can wait for zero before it swaps weights (held turns are under way, not at a backend).
 pub async fn pause(
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -38,6 +38,7 @@ pub async fn pause(
     Ok(HttpResponse::Ok().json(json!({
         "paused": pause,
         "turns_under_way": state.pipeline.turns_under_way(),
+        "turns_at_backend": state.pipeline.gate.turns_at_backend(),
     })))
 }
 

@@ -6,6 +6,7 @@
 use super::TurnError;
 use serde::Serialize;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::watch;
 
 /// What paused turns do.
@@ -34,6 +35,8 @@ pub struct Pause {
 pub struct Gate {
     pause: watch::Sender<Option<Pause>>,
     weight_version: Mutex<Option<String>>,
+    /// Turns past the gate: at a backend (what a trainer waits for before swapping weights).
+    at_backend: std::sync::Arc<AtomicUsize>,
 }
 
 impl Default for Gate {
@@ -41,7 +44,18 @@ impl Default for Gate {
         Self {
             pause: watch::Sender::new(None),
             weight_version: Mutex::new(None),
+            at_backend: Default::default(),
         }
+    }
+}
+
+/// A turn past the gate, at a backend until dropped.
+#[derive(Debug)]
+pub struct AtBackend(std::sync::Arc<AtomicUsize>);
+
+impl Drop for AtBackend {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -61,13 +75,22 @@ impl Gate {
         self.pause.borrow().clone()
     }
 
+    /// Turns at a backend now (past the gate).
+    pub fn turns_at_backend(&self) -> usize {
+        self.at_backend.load(Ordering::Acquire)
+    }
+
     /// Returns once turns may go on: at once when not paused, after the resume when paused
-    /// in `wait` mode; an error when paused in `reject` mode.
-    pub async fn pass(&self) -> Result<(), TurnError> {
+    /// in `wait` mode; an error when paused in `reject` mode. The turn counts as at a backend
+    /// while the guard lives.
+    pub async fn pass(&self) -> Result<AtBackend, TurnError> {
         let mut watching = self.pause.subscribe();
         loop {
             match &*watching.borrow_and_update() {
-                None => return Ok(()),
+                None => {
+                    self.at_backend.fetch_add(1, Ordering::AcqRel);
+                    return Ok(AtBackend(self.at_backend.clone()));
+                }
                 Some(pause) if pause.mode == PauseMode::Reject => {
                     return Err(TurnError::Paused {
                         reason: pause.reason.clone(),
@@ -118,8 +141,16 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(!waiting.is_finished(), "held while paused");
+        assert_eq!(
+            gate.turns_at_backend(),
+            0,
+            "a held turn is not at a backend"
+        );
         assert_eq!(gate.resume(), Some(pause(PauseMode::Wait)));
-        waiting.await.unwrap().unwrap();
+        let passed = waiting.await.unwrap().unwrap();
+        assert_eq!(gate.turns_at_backend(), 1);
+        drop(passed);
+        assert_eq!(gate.turns_at_backend(), 0);
     }
 
     #[tokio::test]

@@ -407,7 +407,7 @@ impl Pipeline {
         n: u32,
     ) -> Result<Vec<(crate::generation::Generation, Arc<str>)>, TurnError> {
         let params = self.fit(params, plan.prompt_ids.len())?;
-        self.gate.pass().await?;
+        let _at_backend = self.gate.pass().await?;
         let request = GenerateRequest {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params,

@@ -195,11 +195,20 @@ impl Pipeline {
             .collect();
         let (pipeline, session) = (self.clone(), session.clone());
         Ok(Box::pin(async move {
-            pipeline.gate.pass().await?;
+            let at_backend = pipeline.gate.pass().await?;
             let opening = requests
                 .iter()
                 .map(|generate| pipeline.sample_stream(&session, generate));
-            futures::future::try_join_all(opening).await
+            let mut opened = futures::future::try_join_all(opening).await?;
+            // The turn is at a backend for as long as its first stream lives.
+            if let Some((events, _)) = opened.first_mut() {
+                let held = std::mem::replace(events, Box::pin(futures::stream::empty()));
+                *events = Box::pin(held.map(move |event| {
+                    let _ = &at_backend;
+                    event
+                }));
+            }
+            Ok(opened)
         }))
     }
 }
