@@ -12,6 +12,9 @@ LLAMA_SERVER_BIN=$(scripts/build-llama-server.sh)
 export LLAMA_SERVER_BIN
 # The real clients of tests/agents.rs: Claude Code, Codex CLI, the anthropic/openai SDKs.
 eval "$(scripts/install-agents.sh)"
+# tests/export.rs checks the ATIF export with Harbor's own validator.
+eval "$(scripts/install-atif-validator.sh)"
+export ATIF_PYTHON ATIF_HARBOR
 # tests/export.rs opens the `.npz` export with numpy; tests/metrics.rs parses /metrics with
 # prometheus_client.
 python3 -c 'import numpy, prometheus_client' 2>/dev/null || pip install --quiet numpy prometheus_client

@@ -237,3 +237,117 @@ print("ok", len(rows))
     assert_eq!(said.trim(), "ok 2");
     let _ = b;
 }
+
+/// Harbor's validator (scripts/install-atif-validator.sh, which scripts/test.sh runs):
+/// `(python, folder on PYTHONPATH)`.
+fn atif_validator() -> (String, String) {
+    if let (Ok(python), Ok(harbor)) = (std::env::var("ATIF_PYTHON"), std::env::var("ATIF_HARBOR")) {
+        return (python, harbor);
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/install-atif-validator.sh"
+    );
+    let output = std::process::Command::new(script).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let value = |name: &str| {
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_string()
+    };
+    (value("ATIF_PYTHON"), value("ATIF_HARBOR"))
+}
+
+#[tokio::test]
+async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let tool = json!({"type": "function", "function": {"name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}});
+    let mut messages = vec![json!({"role": "user", "content": "find it"})];
+    let call = r#"Let me look.<tool_call>{"name": "lookup", "arguments": {"q": "x"}}</tool_call>"#;
+    let (_, reply) = proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars(call)),
+            json!({"messages": messages, "tools": [tool]}),
+        )
+        .await;
+    let call_id = reply["choices"][0]["message"]["tool_calls"][0]["id"].clone();
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": "found: 42"}));
+    proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("It is 42.")),
+            json!({"messages": messages, "tools": [tool]}),
+        )
+        .await;
+    proxy
+        .post(
+            &format!("/{uuid}/reward"),
+            json!({"reward": 1.0, "metadata": {"ok": true}}),
+        )
+        .await;
+    let (status, text) = export_text(&proxy, "?format=atif").await;
+    assert_eq!(status, 200, "{text}");
+    let documents = lines(&text);
+    assert_eq!(documents.len(), 1);
+    let document = &documents[0];
+    let steps = document["steps"].as_array().unwrap();
+    let agent: Vec<&Value> = steps.iter().filter(|s| s["source"] == "agent").collect();
+    assert_eq!(agent.len(), 2, "{document}");
+    assert_eq!(agent[0]["tool_calls"][0]["tool_call_id"], call_id);
+    assert_eq!(agent[0]["tool_calls"][0]["arguments"], json!({"q": "x"}));
+    assert_eq!(agent[0]["message"], "Let me look.");
+    assert!(
+        agent[0]["observation"]["results"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("found: 42")
+    );
+    assert_eq!(agent[1]["message"], "It is 42.");
+    // The ids are the node's, exactly.
+    let node = &proxy.nodes(&uuid).await[0];
+    let tokens = node["tokens"].as_array().unwrap();
+    for (step, turn) in agent
+        .iter()
+        .zip(node["metadata"]["turns"].as_array().unwrap())
+    {
+        let start = turn["completion_start"].as_u64().unwrap() as usize;
+        let end = start + turn["completion_tokens"].as_u64().unwrap() as usize;
+        let metrics = &step["metrics"];
+        assert_eq!(
+            metrics["completion_token_ids"].as_array().unwrap()[..],
+            tokens[start..end]
+        );
+        assert_eq!(
+            metrics["prompt_token_ids"].as_array().unwrap()[..],
+            tokens[..start]
+        );
+        assert_eq!(metrics["logprobs"].as_array().unwrap().len(), end - start);
+    }
+    assert_eq!(document["final_metrics"]["extra"]["reward"], 1.0);
+    assert_eq!(document["schema_version"], "ATIF-v1.6");
+
+    let dir = scratch_dir("export-atif");
+    let path = dir.join("trajectory.json");
+    std::fs::write(&path, serde_json::to_vec(document).unwrap()).unwrap();
+    let (python, harbor) = atif_validator();
+    let output = std::process::Command::new(python)
+        .env("PYTHONPATH", harbor)
+        .args(["-m", "harbor.utils.trajectory_validator"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "Harbor's validator: {said}");
+}

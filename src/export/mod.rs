@@ -1,11 +1,13 @@
 //! Trajectories out for the trainer: the nodes of the selected sessions, with each session's
-//! reward and metadata, as JSON lines ([`jsonl`]) or as padded NumPy arrays ([`npz`]).
+//! reward and metadata, as JSON lines ([`jsonl`]), as padded NumPy arrays ([`npz`]) or as
+//! agent trajectories in Harbor's format ([`atif`]).
 //!
 //! A [`Selection`] picks sessions by id, by whether their rollout is finished (has a reward)
 //! and by when they were last used; an export may also remove what it exported, in the same
 //! step (the HTTP route holds each session's lock from reading it to removing it, so a turn
 //! is either in the export or refused, never lost between two exports).
 
+pub mod atif;
 pub mod jsonl;
 pub mod npz;
 
@@ -83,6 +85,8 @@ pub struct SessionExport<'a> {
     pub session: &'a Session,
     /// Its nodes, in order.
     pub nodes: &'a [Node],
+    /// Its sampled completions (the tool-call ids each was returned with).
+    pub completions: &'a [crate::session::CompletionRecord],
     /// Its reward, if given.
     pub reward: Option<Reward>,
 }

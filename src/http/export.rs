@@ -8,6 +8,7 @@
 //! exports. A client that hangs up before the end removes nothing.
 
 use super::{ApiError, AppState};
+use crate::export::atif::{self, AtifContext};
 use crate::export::npz::Padding;
 use crate::export::{ExportError, Selection, SessionExport, jsonl, npz, parse_time};
 use crate::session::{Session, SessionState};
@@ -33,6 +34,7 @@ struct ExportQuery {
 
 enum Format {
     Jsonl,
+    Atif,
     Npz(Padding),
 }
 
@@ -65,6 +67,7 @@ fn parse(request: &HttpRequest) -> Result<(Selection, Format, bool), ApiError> {
     };
     let format = match query.format.as_deref().unwrap_or("jsonl") {
         "jsonl" => Format::Jsonl,
+        "atif" => Format::Atif,
         "npz" => Format::Npz(Padding {
             pad_to: match query.pad_to {
                 Some(0) => return Err(ApiError::bad_request("'pad_to' must be at least 1")),
@@ -74,7 +77,7 @@ fn parse(request: &HttpRequest) -> Result<(Selection, Format, bool), ApiError> {
         }),
         other => {
             return Err(ApiError::bad_request(format!(
-                "format '{other}' is not one of: jsonl, npz"
+                "format '{other}' is not one of: jsonl, atif, npz"
             )));
         }
     };
@@ -94,9 +97,14 @@ pub async fn export(
     let (selection, format, delete) = parse(&request)?;
     let sessions = selection.apply(&state.sessions);
     match format {
-        Format::Jsonl => Ok(HttpResponse::Ok()
+        Format::Jsonl | Format::Atif => Ok(HttpResponse::Ok()
             .content_type("application/x-ndjson")
-            .streaming(lines(state.into_inner(), sessions, delete))),
+            .streaming(lines(
+                state.into_inner(),
+                sessions,
+                delete,
+                matches!(format, Format::Atif),
+            ))),
         Format::Npz(padding) => {
             let mut held = Vec::with_capacity(sessions.len());
             for session in sessions {
@@ -121,6 +129,7 @@ fn exported<'a>(session: &'a Session, state: &'a SessionState) -> SessionExport<
     SessionExport {
         session,
         nodes: &state.nodes,
+        completions: &state.completions,
         reward: session.reward(),
     }
 }
@@ -133,6 +142,7 @@ fn lines(
     state: Arc<AppState>,
     sessions: Vec<Arc<Session>>,
     delete: bool,
+    atif: bool,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
     let pending = sessions.into_iter();
     futures::stream::unfold(
@@ -149,7 +159,17 @@ fn lines(
             };
             let guard = session.state.clone().lock_owned().await;
             let mut out = Vec::new();
-            let written = jsonl::write_session(&mut out, &exported(&session, &guard));
+            let export = exported(&session, &guard);
+            let written = match atif {
+                true => {
+                    let ctx = AtifContext {
+                        tokenizer: &state.pipeline.context.tokenizer,
+                        model_name: &state.model_name,
+                    };
+                    atif::write_session(&mut out, &export, ctx)
+                }
+                false => jsonl::write_session(&mut out, &export),
+            };
             if delete {
                 held.push((session, guard));
             }

@@ -1,0 +1,169 @@
+//! A node as an agent trajectory in Harbor's ATIF (Agent Trajectory Interchange Format,
+//! written as `ATIF-v1.6`, the newest version older Harbor releases read too), one document
+//! per node, so agent-evaluation tooling can read RL rollouts.
+//!
+//! Each sampled turn is an `agent` step carrying its exact ids in `metrics`
+//! (`prompt_token_ids`: the whole prompt, `completion_token_ids`, `logprobs`), its visible
+//! text, reasoning (when the session returns it) and the tool calls it made, under the ids the
+//! client got. A node keeps ids, not messages: what the environment added between two turns is
+//! the rendered text of those prompt tokens, as a `user` step — or, after a step that called
+//! tools, as that step's observation. The reward travels in `final_metrics.extra`.
+
+use super::SessionExport;
+use crate::session::completion::tool_call_hash;
+use crate::session::{CompletionRecord, Node};
+use crate::tokenizer::Tokenizer;
+use serde_json::{Map, Value, json};
+
+/// The schema version written.
+pub const SCHEMA_VERSION: &str = "ATIF-v1.6";
+
+/// What the documents are written with.
+#[derive(Debug, Clone, Copy)]
+pub struct AtifContext<'a> {
+    /// Decodes ids into text.
+    pub tokenizer: &'a Tokenizer,
+    /// The served model's name.
+    pub model_name: &'a str,
+}
+
+/// Appends one line per node of `export`: its ATIF document.
+pub fn write_session(
+    out: &mut Vec<u8>,
+    export: &SessionExport,
+    ctx: AtifContext,
+) -> serde_json::Result<()> {
+    for (index, node) in export.nodes.iter().enumerate() {
+        serde_json::to_writer(&mut *out, &document(export, index, node, ctx))?;
+        out.push(b'\n');
+    }
+    Ok(())
+}
+
+/// The ATIF document of node `index`.
+fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext) -> Value {
+    let session = export.session;
+    let tokens = node.tokens();
+    let sampled_logprobs: Vec<(usize, &[f32])> = node
+        .runs()
+        .filter_map(|(range, logprobs)| Some((range.start, logprobs?)))
+        .collect();
+    let parser = session.options.tool_parser.parser();
+    let shown = ctx.tokenizer.special_ids(parser.markers());
+    let mut steps: Vec<Value> = Vec::new();
+    let mut calling_step: Option<usize> = None;
+    let mut input_start = 0;
+    let (mut total_prompt, mut total_completion, mut total_cached) = (0u64, 0u64, 0u64);
+    for (turn_index, turn) in node.turns.iter().enumerate() {
+        let start = turn.completion_start;
+        let end = start + turn.completion_tokens;
+        let input = ctx.tokenizer.decode(&tokens[input_start.min(start)..start]);
+        if !input.is_empty() {
+            match calling_step.take() {
+                Some(step) => steps[step]["observation"] = json!({"results": [{"content": input}]}),
+                None => steps
+                    .push(json!({"step_id": steps.len() + 1, "source": "user", "message": input})),
+            }
+        }
+        let completion = &tokens[start..end];
+        let logprobs = sampled_logprobs
+            .iter()
+            .find(|(at, _)| *at == start)
+            .map_or(&[][..], |(_, lp)| *lp);
+        let text = ctx.tokenizer.decode_visible(completion, &shown);
+        let (reasoning, answer) = match session.options.reasoning {
+            true => {
+                let tail = &tokens[start.saturating_sub(4)..start];
+                crate::reasoning::split(
+                    &text,
+                    crate::reasoning::opened_by(&ctx.tokenizer.decode(tail)),
+                )
+            }
+            false => (None, text),
+        };
+        let issued = node
+            .history
+            .get(turn_index)
+            .and_then(|entry| export.completions.get(entry.completion))
+            .map_or(&[][..], |record: &CompletionRecord| &record.tool_calls[..]);
+        let (message, tool_calls) = calls_made(parser.as_ref(), &answer, issued);
+        let mut metrics = Map::new();
+        metrics.insert("prompt_tokens".into(), json!(start));
+        metrics.insert("completion_tokens".into(), json!(turn.completion_tokens));
+        if let Some(cached) = turn.cached_tokens {
+            metrics.insert("cached_tokens".into(), json!(cached));
+            total_cached += u64::from(cached);
+        }
+        metrics.insert("prompt_token_ids".into(), json!(&tokens[..start]));
+        metrics.insert("completion_token_ids".into(), json!(completion));
+        metrics.insert("logprobs".into(), json!(logprobs));
+        metrics.insert(
+            "extra".into(),
+            json!({"finish_reason": turn.finish_reason, "backend": turn.backend,
+                "weight_version": turn.weight_version, "api": turn.api}),
+        );
+        total_prompt += start as u64;
+        total_completion += turn.completion_tokens as u64;
+        let mut step = json!({"step_id": steps.len() + 1, "source": "agent",
+            "model_name": ctx.model_name, "message": message, "metrics": metrics});
+        if let Some(reasoning) = reasoning {
+            step["reasoning_content"] = json!(reasoning);
+        }
+        if !tool_calls.is_empty() {
+            step["tool_calls"] = Value::from(tool_calls);
+            calling_step = Some(steps.len());
+        }
+        steps.push(step);
+        input_start = end;
+    }
+    let reward = export.reward.as_ref();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "session_id": session.id,
+        "agent": {"name": "rollout-proxy", "version": env!("CARGO_PKG_VERSION"), "model_name": ctx.model_name},
+        "notes": "Exported by rollout-proxy from one training node. User steps and observations are \
+                  the rendered text of the prompt tokens the environment added between two turns.",
+        "steps": steps,
+        "final_metrics": {
+            "total_prompt_tokens": total_prompt,
+            "total_completion_tokens": total_completion,
+            "total_cached_tokens": total_cached,
+            "total_steps": steps.len(),
+            "extra": {"reward": reward.map(|r| r.reward), "reward_metadata": reward.map(|r| &r.metadata)},
+        },
+        "extra": {"node_index": index, "divergence": node.divergence, "parent": node.parent,
+            "created_at": session.created_at},
+    })
+}
+
+/// The calls the client was given for this text (matched to their issued ids by name and
+/// arguments), as ATIF tool calls, and the text without their markup.
+fn calls_made(
+    parser: &dyn crate::tools::ToolParser,
+    text: &str,
+    issued: &[crate::session::IssuedToolCall],
+) -> (String, Vec<Value>) {
+    let mut unused: Vec<_> = issued.iter().collect();
+    let mut message = String::with_capacity(text.len());
+    let mut cursor = 0;
+    let mut calls = Vec::new();
+    for found in parser.find_calls(text, true) {
+        let arguments: Value = serde_json::from_str(&found.arguments)
+            .unwrap_or_else(|_| Value::String(found.arguments.clone()));
+        let hash = tool_call_hash(&found.name, &arguments);
+        let Some(at) = unused.iter().position(|call| call.call_hash == hash) else {
+            continue;
+        };
+        let id = unused.remove(at).id.clone();
+        let arguments = match arguments {
+            Value::Object(map) => Value::Object(map),
+            other => json!({"value": other}),
+        };
+        message.push_str(&text[cursor..found.span.start]);
+        cursor = found.span.end;
+        calls
+            .push(json!({"tool_call_id": id, "function_name": found.name, "arguments": arguments}));
+    }
+    message.push_str(&text[cursor..]);
+    (message.trim().to_string(), calls)
+}
