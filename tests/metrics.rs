@@ -105,3 +105,48 @@ async fn metrics_count_turns_tokens_stages_failures_and_backends() {
     assert_eq!(at("rollout_sessions{}"), 1.0);
     assert_eq!(at("rollout_paused{}"), 0.0);
 }
+
+#[tokio::test]
+async fn a_turns_log_lines_carry_its_session_and_api() {
+    use common::mock_worker::{MockWorker, Wire};
+    use common::{KillOnDrop, char_model_dir, free_port, wait_for_health};
+    let worker = MockWorker::start(Wire::Sglang);
+    worker.push_sample(Sample::stop(chars("logged")));
+    let port = free_port();
+    // The proxy logs to standard output.
+    let log = scratch_dir("metrics-log").join("stdout.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        .args(["serve", "--port", &port.to_string(), "--workers", "1"])
+        .arg("--tokenizer")
+        .arg(char_model_dir())
+        .args(["--backend", &worker.url, "--backend-type", "sglang"])
+        .env("RUST_LOG", "rollout_proxy=debug")
+        .env("NO_COLOR", "1")
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let server = KillOnDrop(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    wait_for_health(&client, &base).await;
+    let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
+    let uuid = created["uuid"].as_str().unwrap().to_string();
+    let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+    common::post_json(
+        &client,
+        &format!("{base}/{uuid}/v1/chat/completions"),
+        &body,
+    )
+    .await;
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let recorded = text
+        .lines()
+        .find(|l| l.contains("turn recorded"))
+        .unwrap_or_else(|| panic!("no turn line in:\n{text}"));
+    assert!(
+        recorded.contains(&format!("turn{{session={uuid} api=\"chat.completions\"}}")),
+        "{recorded}"
+    );
+    assert!(recorded.contains("sampled=6"), "{recorded}");
+}

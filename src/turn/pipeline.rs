@@ -14,6 +14,7 @@ use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Runs turns: the model-side pieces and the backend pool. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -115,7 +116,8 @@ impl Pipeline {
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
         let started = Instant::now();
-        let result = self.run_turn(session, request).await;
+        let span = turn_span(session, request.api);
+        let result = self.run_turn(session, request).instrument(span).await;
         self.measured(request.api, started, result)
     }
 
@@ -185,8 +187,10 @@ impl Pipeline {
         key: Option<&TurnKey>,
     ) -> Result<TurnOutput, TurnError> {
         let started = Instant::now();
+        let span = turn_span(session, "completions");
         let result = self
             .complete_text_turn(session, prompt, params, n, key)
+            .instrument(span)
             .await;
         self.measured("completions", started, result)
     }
@@ -241,7 +245,10 @@ impl Pipeline {
     ) -> Result<T, TurnError> {
         match &result {
             Ok(_) => self.metrics.time(Stage::Turn, started.elapsed()),
-            Err(error) => self.metrics.failure(api, error.cause()),
+            Err(error) => {
+                tracing::debug!(api, cause = error.cause(), %error, "turn failed");
+                self.metrics.failure(api, error.cause());
+            }
         }
         result
     }
@@ -368,6 +375,13 @@ impl Pipeline {
                 .sum(),
             cached: u64::from(first.cached_tokens.unwrap_or(0)),
         };
+        tracing::debug!(
+            prompt = tokens.prompt,
+            sampled = tokens.sampled,
+            cached = tokens.cached,
+            backend = %first.backend,
+            "turn recorded"
+        );
         self.metrics.turn(record.labels.api, &first.backend, tokens);
     }
 
@@ -494,6 +508,11 @@ impl Pipeline {
             crate::reasoning::opened_by(&self.context.tokenizer.decode(tail))
         })
     }
+}
+
+/// The span every event of a turn is logged in: its session and API.
+pub(super) fn turn_span(session: &Session, api: &'static str) -> tracing::Span {
+    tracing::info_span!("turn", session = %session.id, api)
 }
 
 /// The session's state, locked for a turn, unless the session was removed meanwhile.

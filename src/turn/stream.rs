@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, mpsc};
+use tracing::Instrument;
 
 /// How often [`TurnEvent::KeepAlive`] is sent while the backend is silent (a long prefill, a
 /// wait in the pool's queue): it keeps the client's stream open, and writing is how a client
@@ -115,7 +116,8 @@ impl Pipeline {
         request: ChatRequest,
     ) -> Result<TurnStream, TurnError> {
         let api = request.api;
-        let opened = self.stream_turn(session, request).await;
+        let span = super::pipeline::turn_span(&session, api);
+        let opened = self.stream_turn(session, request).instrument(span).await;
         if let Err(error) = &opened {
             self.metrics.failure(api, error.cause());
         }
@@ -169,7 +171,7 @@ impl Pipeline {
             sender,
             _under_way: under_way,
         };
-        tokio::spawn(turn.run(guard, opened));
+        tokio::spawn(turn.run(guard, opened).in_current_span());
         Ok(handle)
     }
 
