@@ -147,6 +147,13 @@ async fn export_with_delete_removes_exactly_what_it_exported() {
     assert_eq!(proxy.get(&format!("/{running}/nodes")).await.0, 200);
     let (_, again) = export_text(&proxy, "?finished=true&delete=true").await;
     assert!(again.is_empty(), "nothing exported twice");
+    // The same for a `.npz`: removed once the file has been sent.
+    proxy
+        .post(&format!("/{running}/reward"), json!({"reward": 0}))
+        .await;
+    let (status, _) = export_text(&proxy, "?format=npz&finished=true&delete=true").await;
+    assert_eq!(status, 200);
+    assert_eq!(proxy.get(&format!("/{running}/nodes")).await.0, 404);
 }
 
 #[tokio::test]

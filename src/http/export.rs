@@ -112,14 +112,31 @@ pub async fn export(
                 held.push((session, guard));
             }
             let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
-            let bytes = npz::write(&exports, padding)?;
-            if delete {
-                remove(&state, &held);
+            let bytes = bytes::Bytes::from(npz::write(&exports, padding)?);
+            if !delete {
+                held.clear();
             }
+            // With `delete`, the sessions stay locked until the file has been handed over, and
+            // are removed only then.
+            let state = state.into_inner();
+            let body = futures::stream::unfold(Some((bytes, held)), move |left| {
+                let state = state.clone();
+                async move {
+                    let (bytes, held) = left?;
+                    if bytes.is_empty() {
+                        remove(&state, &held);
+                        return None;
+                    }
+                    Some((
+                        Ok::<_, std::io::Error>(bytes),
+                        Some((bytes::Bytes::new(), held)),
+                    ))
+                }
+            });
             Ok(HttpResponse::Ok()
                 .content_type("application/octet-stream")
                 .insert_header(("content-disposition", "attachment; filename=\"export.npz\""))
-                .body(bytes))
+                .streaming(body))
         }
     }
 }
