@@ -132,12 +132,12 @@ async fn a_turns_log_lines_carry_its_session_and_api() {
     let created = common::post_json(&client, &format!("{base}/sessions/create"), &json!({})).await;
     let uuid = created["uuid"].as_str().unwrap().to_string();
     let body = json!({"messages": [{"role": "user", "content": "hi"}]});
-    common::post_json(
-        &client,
-        &format!("{base}/{uuid}/v1/chat/completions"),
-        &body,
-    )
-    .await;
+    let turn = format!("{base}/{uuid}/v1/chat/completions");
+    common::post_json(&client, &turn, &body).await;
+    // The next turn fails at the backend.
+    worker.push(Reply::Error(400, "context too long"));
+    let refused = client.post(&turn).json(&body).send().await.unwrap();
+    assert_eq!(refused.status(), 400);
     drop(server);
     let text = std::fs::read_to_string(&log).unwrap();
     let recorded = text
@@ -149,4 +149,10 @@ async fn a_turns_log_lines_carry_its_session_and_api() {
         "{recorded}"
     );
     assert!(recorded.contains("sampled=6"), "{recorded}");
+    let failed = text
+        .lines()
+        .find(|l| l.contains("turn failed"))
+        .unwrap_or_else(|| panic!("no failure line in:\n{text}"));
+    assert!(failed.contains(&format!("session={uuid}")), "{failed}");
+    assert!(failed.contains("cause=\"backend\""), "{failed}");
 }

@@ -116,9 +116,11 @@ impl Pipeline {
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
         let started = Instant::now();
-        let span = turn_span(session, request.api);
-        let result = self.run_turn(session, request).instrument(span).await;
-        self.measured(request.api, started, result)
+        let turn = async {
+            let result = self.run_turn(session, request).await;
+            self.measured(request.api, started, result)
+        };
+        turn.instrument(turn_span(session, request.api)).await
     }
 
     async fn run_turn(
@@ -187,12 +189,13 @@ impl Pipeline {
         key: Option<&TurnKey>,
     ) -> Result<TurnOutput, TurnError> {
         let started = Instant::now();
-        let span = turn_span(session, "completions");
-        let result = self
-            .complete_text_turn(session, prompt, params, n, key)
-            .instrument(span)
-            .await;
-        self.measured("completions", started, result)
+        let turn = async {
+            let result = self
+                .complete_text_turn(session, prompt, params, n, key)
+                .await;
+            self.measured("completions", started, result)
+        };
+        turn.instrument(turn_span(session, "completions")).await
     }
 
     async fn complete_text_turn(
@@ -245,12 +248,15 @@ impl Pipeline {
     ) -> Result<T, TurnError> {
         match &result {
             Ok(_) => self.metrics.time(Stage::Turn, started.elapsed()),
-            Err(error) => {
-                tracing::debug!(api, cause = error.cause(), %error, "turn failed");
-                self.metrics.failure(api, error.cause());
-            }
+            Err(error) => self.failed(api, error),
         }
         result
+    }
+
+    /// Logs and counts a turn of `api` that failed (nothing recorded).
+    pub(super) fn failed(&self, api: &'static str, error: &TurnError) {
+        tracing::debug!(api, cause = error.cause(), %error, "turn failed");
+        self.metrics.failure(api, error.cause());
     }
 
     /// The prompt of a chat turn on `session` (whose state is `state`).

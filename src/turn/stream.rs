@@ -117,11 +117,14 @@ impl Pipeline {
     ) -> Result<TurnStream, TurnError> {
         let api = request.api;
         let span = super::pipeline::turn_span(&session, api);
-        let opened = self.stream_turn(session, request).instrument(span).await;
-        if let Err(error) = &opened {
-            self.metrics.failure(api, error.cause());
-        }
-        opened
+        let turn = async {
+            let opened = self.stream_turn(session, request).await;
+            if let Err(error) = &opened {
+                self.failed(api, error);
+            }
+            opened
+        };
+        turn.instrument(span).await
     }
 
     async fn stream_turn(
@@ -272,9 +275,7 @@ impl StreamedTurn {
                 TurnEvent::Done(Usage::of(&self.plan, &choices))
             }
             Err(error) => {
-                self.pipeline
-                    .metrics
-                    .failure(self.request.api, error.cause());
+                self.pipeline.failed(self.request.api, &error);
                 TurnEvent::Failed(error)
             }
         };
@@ -392,9 +393,7 @@ impl StreamedTurn {
 
     /// Reports a failure after the stream started.
     async fn fail(&self, error: TurnError) -> Gone {
-        self.pipeline
-            .metrics
-            .failure(self.request.api, error.cause());
+        self.pipeline.failed(self.request.api, &error);
         let _ = self.send(TurnEvent::Failed(error)).await;
         Gone
     }
