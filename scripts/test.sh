@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs the build dependencies of llama.cpp if missing, fetches
 # the pinned tokenizers, templates and SmolLM2 GGUF, builds the pinned llama-server and
-# installs the pinned agent clients (both cached outside the clone), prints the chat-template conformance
+# installs the pinned agent clients, Harbor's validator and the browser test's driver (all
+# cached outside the clone), prints the chat-template conformance
 # count, then runs every test and ends with one "N passed, N failed" line (also kept in
 # target/test-summary.txt).
 set -euo pipefail
@@ -15,6 +16,9 @@ eval "$(scripts/install-agents.sh)"
 # tests/export.rs checks the ATIF export with Harbor's own validator.
 eval "$(scripts/install-atif-validator.sh)"
 export ATIF_PYTHON ATIF_HARBOR
+# tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
+eval "$(scripts/install-browser.sh)"
+export CHROMIUM_BIN PLAYWRIGHT_CORE
 # tests/export.rs opens the `.npz` export with numpy; tests/metrics.rs parses /metrics with
 # prometheus_client.
 python3 -c 'import numpy, prometheus_client' 2>/dev/null || pip install --quiet numpy prometheus_client

@@ -18,7 +18,10 @@
 //!
 //! The trainer reads the nodes back (`GET /{uuid}/nodes`): `tokens`, `masked_tokens` (-100
 //! where the model did not sample) and `logprobs`. A later turn that resends the conversation
-//! is matched to the ids already sampled, so one rollout stays one node.
+//! is matched to the ids already sampled, so one rollout stays one node. Beyond the nodes,
+//! [`export`] writes them out in bulk (JSON lines, NumPy, Harbor's ATIF), [`journal`] keeps
+//! them through restarts, [`metrics`] counts what turns did, and [`viewer`] shows them token
+//! by token in a browser (`GET /ui`).
 //!
 //! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
 //! [`tokenizer`], [`generation`] (what a backend is asked and answers), [`backend`],
@@ -44,6 +47,7 @@ pub mod template;
 pub mod tokenizer;
 pub mod tools;
 pub mod turn;
+pub mod viewer;
 
 pub use config::Settings;
 pub use http::{AppState, serve};

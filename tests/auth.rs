@@ -1,5 +1,6 @@
-//! `--api-key` and `--admin-key`: every route but `/health` needs the key (as a bearer token
-//! or `x-api-key`), the operator routes the admin key; refusals are 401s in the API's shape.
+//! `--api-key` and `--admin-key`: every route but `/health` and the token viewer's page needs
+//! the key (as a bearer token or `x-api-key`), the operator routes the admin key; refusals are
+//! 401s in the API's shape.
 
 mod common;
 
@@ -98,6 +99,26 @@ async fn keys_guard_every_route_but_health() {
         let (status, data) = call(method, url(path), bearer("root"), body).await;
         assert_eq!(status, 200, "{path} with the admin key: {data}");
     }
-    let (status, nodes) = call(get, url(&format!("/{uuid}/nodes")), bearer("root"), None).await;
+    let (status, nodes) = call(
+        get.clone(),
+        url(&format!("/{uuid}/nodes")),
+        bearer("root"),
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "the admin key opens every route: {nodes}");
+
+    // The token viewer's page and files carry no data and are open; what it shows is not.
+    for path in ["/ui", "/ui/viewer.js", "/ui/viewer.css"] {
+        let response = reqwest::get(url(path)).await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let (status, error) = call(get.clone(), url("/ui/secrets"), None, None).await;
+    assert_eq!(status, 404, "{error}");
+    let view = url(&format!("/{uuid}/view"));
+    let (status, _) = call(get.clone(), view.clone(), None, None).await;
+    assert_eq!(status, 401);
+    let (status, data) = call(get, view, bearer("secret"), None).await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(data["nodes"][0]["messages"][0]["role"], "text", "{data}");
 }

@@ -358,3 +358,32 @@ async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
         + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "Harbor's validator: {said}");
 }
+
+#[tokio::test]
+async fn jsonl_lines_say_which_message_each_token_came_from() {
+    let (tokenizer, proxy) = common::qwen3_proxy();
+    let uuid = proxy.session(json!({})).await;
+    let messages = json!([{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"}]);
+    let sample = Sample::stop(tokenizer.encode("Hello!<|im_end|>").unwrap());
+    let (status, _) = proxy
+        .turn(&uuid, sample, json!({"messages": messages}))
+        .await;
+    assert_eq!(status, 200);
+    let (_, text) = export_text(&proxy, "").await;
+    let line = &lines(&text)[0];
+    let tokens: Vec<u32> = serde_json::from_value(line["tokens"].clone()).unwrap();
+    let spans = line["messages"].as_array().unwrap();
+    let roles: Vec<&str> = spans.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant"]);
+    let text_of = |m: &Value| {
+        let (start, end) = (m["start"].as_u64().unwrap(), m["end"].as_u64().unwrap());
+        tokenizer.decode(&tokens[start as usize..end as usize])
+    };
+    assert_eq!(text_of(&spans[1]), "<|im_start|>user\nHi<|im_end|>\n");
+    assert_eq!(
+        text_of(&spans[2]),
+        "<|im_start|>assistant\nHello!<|im_end|>"
+    );
+    assert_eq!(spans[2]["end"], tokens.len());
+}

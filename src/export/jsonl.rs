@@ -1,11 +1,14 @@
 //! One JSON line per node: the arrays a trainer feeds on (`tokens`, `masked_tokens`,
 //! `logprobs`), the turns that made the node (each a span: where its prompt and its sampled
-//! ids lie, the API it came by, the backend and weight version that sampled it), and the
-//! session's reward and metadata.
+//! ids lie, the API it came by, the backend and weight version that sampled it), the messages
+//! its ids were rendered from (each a span with its role and turn, see [`super::messages`]),
+//! and the session's reward and metadata.
 
 use super::SessionExport;
+use super::messages::{self, MessageSpan};
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, Node, TurnRecord};
+use crate::tokenizer::Tokenizer;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -42,6 +45,7 @@ pub fn write_arrays(out: &mut Vec<u8>, node: &Node, tokens: &[u32]) {
 #[derive(Serialize)]
 struct LineRest<'a> {
     turns: &'a [TurnRecord],
+    messages: Vec<MessageSpan>,
     divergence: Option<&'a Divergence>,
     parent: Option<usize>,
     reward: Option<f64>,
@@ -58,8 +62,12 @@ struct SessionFacts<'a> {
     options: &'a crate::session::SessionOptions,
 }
 
-/// Appends one line per node of `export`.
-pub fn write_session(out: &mut Vec<u8>, export: &SessionExport) -> serde_json::Result<()> {
+/// Appends one line per node of `export` (`tokenizer` reads the message headers).
+pub fn write_session(
+    out: &mut Vec<u8>,
+    export: &SessionExport,
+    tokenizer: &Tokenizer,
+) -> serde_json::Result<()> {
     let session = export.session;
     let reward = export.reward.as_ref();
     let mut tokens = Vec::new();
@@ -73,6 +81,7 @@ pub fn write_session(out: &mut Vec<u8>, export: &SessionExport) -> serde_json::R
         write_arrays(out, node, &tokens);
         let rest = LineRest {
             turns: &node.turns,
+            messages: messages::segment(node, &tokens, tokenizer),
             divergence: node.divergence.as_ref(),
             parent: node.parent,
             reward: reward.map(|r| r.reward),

@@ -9,6 +9,7 @@
 
 pub mod atif;
 pub mod jsonl;
+pub mod messages;
 pub mod npz;
 
 use crate::session::{Node, Reward, Session, SessionStore};

@@ -1,4 +1,5 @@
-//! Who may call: with `--api-key`, every route but `GET /health` needs the key, sent as
+//! Who may call: with `--api-key`, every route but `GET /health` and the token viewer's page
+//! and assets (`GET /ui`, `/ui/*`, which carry no data) needs the key, sent as
 //! `Authorization: Bearer KEY` or (as Anthropic clients send it) `x-api-key: KEY`; with
 //! `--admin-key`, the operator routes (`POST /setup`, `/pause`, `/resume`, `/weight_version`,
 //! `GET /servers`, `/sessions`, `/export`, `/metrics`) need that key instead, which also opens every
@@ -59,7 +60,8 @@ impl Keys {
 
 fn access(method: &Method, path: &str) -> Access {
     match (method, path) {
-        (&Method::GET, "/health") => Access::Open,
+        (&Method::GET, "/health" | "/ui") => Access::Open,
+        (&Method::GET, asset) if asset.starts_with("/ui/") => Access::Open,
         (&Method::POST, "/setup" | "/pause" | "/resume" | "/weight_version")
         | (&Method::GET, "/servers" | "/sessions" | "/export" | "/metrics") => Access::Operator,
         _ => Access::Client,

@@ -185,7 +185,7 @@ fn lines(
                     };
                     atif::write_session(&mut out, &export, ctx)
                 }
-                false => jsonl::write_session(&mut out, &export),
+                false => jsonl::write_session(&mut out, &export, &state.pipeline.context.tokenizer),
             };
             if delete {
                 held.push((session, guard));

@@ -17,6 +17,7 @@ mod openai;
 mod responses;
 mod sessions;
 mod sse;
+mod viewer;
 
 pub use error::ApiError;
 
@@ -140,6 +141,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     ))
     .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
     .service(at("/{uuid}/divergences", get().to(sessions::divergences)))
+    .service(at("/{uuid}/view", get().to(viewer::view)))
     .service(at("/{uuid}/reward", post().to(sessions::reward)))
     .service(at("/{uuid}/abort", post().to(control::abort)))
     .service(at("/{uuid}/v1/models", get().to(admin::session_models)))
@@ -148,6 +150,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         get().to(admin::session_model),
     ))
     .service(at("/health", get().to(admin::health)))
+    .service(at("/ui", get().to(viewer::page)))
+    .service(at("/ui/{name}", get().to(viewer::asset)))
     .service(at("/v1/models", get().to(admin::models)))
     .service(at("/v1/models/{model:.+}", get().to(admin::model)))
     .service(at("/servers", get().to(admin::servers)))

@@ -221,7 +221,17 @@ impl Tokenizer {
             decoder,
             tokenizer: self,
             shown,
+            all_shown: false,
         }
+    }
+
+    /// Each id's share of the text of `ids` (special tokens kept), in order: the pieces join
+    /// to the decoded text. An id that ends inside a UTF-8 sequence has an empty piece, and
+    /// the id that completes the sequence carries it (the token viewer shows one box per id).
+    pub fn pieces(&self, ids: &[u32]) -> Vec<String> {
+        let mut stream = self.text_stream(Vec::new());
+        stream.all_shown = true;
+        ids.iter().map(|&id| stream.push(&[id])).collect()
     }
 
     /// The id of a token given by its exact text (e.g. `<|im_end|>`), if the vocabulary has it.
@@ -249,6 +259,8 @@ pub struct TextStream<'a> {
     tokenizer: &'a Tokenizer,
     /// Special tokens shown; every other special token is left out.
     shown: Vec<u32>,
+    /// Every special token is shown (`Tokenizer::pieces`).
+    all_shown: bool,
 }
 
 enum Decoder<'a> {
@@ -274,7 +286,7 @@ impl TextStream<'_> {
     pub fn push(&mut self, ids: &[u32]) -> String {
         let mut text = String::new();
         for &id in ids {
-            if !self.tokenizer.is_shown(id, &self.shown) {
+            if !self.all_shown && !self.tokenizer.is_shown(id, &self.shown) {
                 continue;
             }
             match &mut self.decoder {
@@ -403,5 +415,18 @@ mod tests {
             streamed.concat().split_whitespace().collect::<Vec<_>>(),
             ["a", "<tag>", "b"]
         );
+    }
+
+    #[test]
+    fn pieces_join_to_the_text_with_special_tokens_and_whole_characters() {
+        let tokenizer = Tokenizer::from_tokenizer(fixture_tokenizer("qwen3"));
+        let text = "<|im_start|>user\nZ\u{fc}rich \u{1f600}?<|im_end|>\n";
+        let ids = tokenizer.encode(text).unwrap();
+        let pieces = tokenizer.pieces(&ids);
+        assert_eq!(pieces.len(), ids.len());
+        assert_eq!(pieces.concat(), text);
+        assert_eq!(pieces[0], "<|im_start|>");
+        // The emoji's bytes span several ids: one of them carries it whole, the others nothing.
+        assert!(pieces.iter().any(|p| p.contains('\u{1f600}')));
     }
 }
