@@ -213,7 +213,7 @@ impl Settings {
         let engine = embedded.map(|e| e.engine);
         let factory = default_factory(&model_name, tokenizer.clone(), engine);
         Ok(AppState {
-            model_name,
+            model_name: model_name.clone(),
             pipeline: Pipeline {
                 context: TurnContext {
                     template: Arc::new(template),
@@ -232,6 +232,7 @@ impl Settings {
                 under_way: Default::default(),
                 gate: Default::default(),
                 metrics: Default::default(),
+                model_name: model_name.as_str().into(),
             },
             sessions,
             journal: journal.clone(),

@@ -20,7 +20,7 @@
 //! where the model did not sample) and `logprobs`. A later turn that resends the conversation
 //! is matched to the ids already sampled, so one rollout stays one node. Beyond the nodes,
 //! [`export`] writes them out in bulk (JSON lines, NumPy, Harbor's ATIF), [`journal`] keeps
-//! them through restarts, [`metrics`] counts what turns did, and [`viewer`] shows them token
+//! them through restarts, [`metrics`] counts what turns did, [`telemetry`] sends each turn as an OpenTelemetry span, and [`viewer`] shows them token
 //! by token in a browser (`GET /ui`).
 //!
 //! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
@@ -43,6 +43,7 @@ pub mod memory;
 pub mod metrics;
 pub mod reasoning;
 pub mod session;
+pub mod telemetry;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;

@@ -104,6 +104,10 @@ struct ServeArgs {
     /// is lowered to what a prompt leaves of it (clients such as Claude Code ask for 128000).
     #[arg(long)]
     context_length: Option<u32>,
+    /// Send every turn as an OpenTelemetry GenAI span to this OTLP/HTTP collector (a base URL
+    /// such as http://localhost:4318, or the full traces URL).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 fn parse_kind(value: &str) -> Result<BackendKind, String> {
@@ -113,14 +117,8 @@ fn parse_kind(value: &str) -> Result<BackendKind, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     rollout_proxy::memory::limit_arenas();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // llama.cpp reports every model load line by line at info level.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,llama-cpp-2=warn".into()),
-        )
-        .init();
     let Command::Serve(args) = Cli::parse().command;
+    let otlp = init_tracing(args.otlp_endpoint.as_deref())?;
     let config = match &args.config {
         Some(path) => ConfigFile::read(path)?,
         None => ConfigFile::default(),
@@ -172,10 +170,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let drain_timeout = Duration::from_secs_f64(args.drain_timeout.clamp(0.0, 86_400.0));
         actix_web::rt::spawn(drain_on_signal(state, server.handle(), drain_timeout));
         server.await?;
+        if let Some(otlp) = &otlp {
+            otlp.shutdown();
+        }
         tracing::info!("stopped");
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     Ok(())
+}
+
+/// Logs to standard output (filtered by `RUST_LOG`) and, given an OTLP endpoint, exports turn
+/// spans there whatever the log filter says.
+fn init_tracing(
+    otlp_endpoint: Option<&str>,
+) -> Result<Option<rollout_proxy::telemetry::OtlpExport>, Box<dyn std::error::Error>> {
+    use tracing_subscriber::prelude::*;
+    // llama.cpp reports every model load line by line at info level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,llama-cpp-2=warn".into());
+    let logs = tracing_subscriber::fmt::layer().with_filter(filter);
+    let (spans, export) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (layer, export) = rollout_proxy::telemetry::otlp_layer(endpoint)?;
+            (Some(layer), Some(export))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    Ok(export)
 }
 
 /// Waits for SIGTERM or SIGINT, then drains; a second signal stops the server at once.

@@ -12,6 +12,7 @@ use crate::generation::{GenerateRequest, Generation, SamplingParams};
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
+use crate::telemetry::{self, TurnUsage};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
@@ -37,6 +38,8 @@ pub struct Pipeline {
     pub gate: Arc<super::gate::Gate>,
     /// What `GET /metrics` reports of turns.
     pub metrics: Arc<Metrics>,
+    /// The served model's name, as replies and turn spans carry it.
+    pub model_name: Arc<str>,
 }
 
 /// Times a stage while it lives.
@@ -120,7 +123,7 @@ impl Pipeline {
             let result = self.run_turn(session, request).await;
             self.measured(request.api, started, result)
         };
-        turn.instrument(turn_span(session, request.api)).await
+        turn.instrument(self.turn_span(session, request.api)).await
     }
 
     async fn run_turn(
@@ -195,7 +198,8 @@ impl Pipeline {
                 .await;
             self.measured("completions", started, result)
         };
-        turn.instrument(turn_span(session, "completions")).await
+        turn.instrument(self.turn_span(session, "completions"))
+            .await
     }
 
     async fn complete_text_turn(
@@ -253,10 +257,17 @@ impl Pipeline {
         result
     }
 
-    /// Logs and counts a turn of `api` that failed (nothing recorded).
+    /// Logs, counts and traces a turn of `api` that failed (nothing recorded).
     pub(super) fn failed(&self, api: &'static str, error: &TurnError) {
         tracing::debug!(api, cause = error.cause(), %error, "turn failed");
         self.metrics.failure(api, error.cause());
+        telemetry::record_failure(error.cause(), &error.to_string());
+    }
+
+    /// The span every event of a turn is logged in (its session and API), exported as a
+    /// GenAI span with `--otlp-endpoint`.
+    pub(super) fn turn_span(&self, session: &Session, api: &'static str) -> tracing::Span {
+        telemetry::turn_span(&session.id, api, &self.model_name)
     }
 
     /// The prompt of a chat turn on `session` (whose state is `state`).
@@ -389,6 +400,16 @@ impl Pipeline {
             "turn recorded"
         );
         self.metrics.turn(record.labels.api, &first.backend, tokens);
+        let usage = TurnUsage {
+            input_tokens: tokens.prompt,
+            output_tokens: tokens.sampled,
+            cached_tokens: tokens.cached,
+            backend: &first.backend,
+        };
+        telemetry::record_usage(
+            usage,
+            record.choices.iter().map(|c| c.finish_reason.as_str()),
+        );
     }
 
     /// Times `stage` until the guard is dropped.
@@ -514,11 +535,6 @@ impl Pipeline {
             crate::reasoning::opened_by(&self.context.tokenizer.decode(tail))
         })
     }
-}
-
-/// The span every event of a turn is logged in: its session and API.
-pub(super) fn turn_span(session: &Session, api: &'static str) -> tracing::Span {
-    tracing::info_span!("turn", session = %session.id, api)
 }
 
 /// The session's state, locked for a turn, unless the session was removed meanwhile.

@@ -116,7 +116,7 @@ impl Pipeline {
         request: ChatRequest,
     ) -> Result<TurnStream, TurnError> {
         let api = request.api;
-        let span = super::pipeline::turn_span(&session, api);
+        let span = self.turn_span(&session, api);
         let turn = async {
             let opened = self.stream_turn(session, request).await;
             if let Err(error) = &opened {
