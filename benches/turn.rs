@@ -13,6 +13,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
 use rollout_proxy::generation::{FinishReason, Generation};
 use rollout_proxy::json_numbers::NumberArray;
+use rollout_proxy::metrics::Metrics;
 use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
@@ -57,6 +58,7 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
             &request(&messages),
             HistoryMode::Sampled,
             &HermesParser,
+            &Metrics::default(),
         )
         .unwrap();
         let generation =
@@ -83,18 +85,37 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
 
 fn bench_turn(c: &mut Criterion) {
     let ctx = context();
+    let metrics = Metrics::default();
     let mut group = c.benchmark_group("prepare_turn");
     for target in [1_000usize, 8_000, 32_000] {
         let (state, messages) = session_with_history(&ctx, target);
         let req = request(&messages);
-        let plan = prepare(&ctx, &state, &req, HistoryMode::Sampled, &HermesParser).unwrap();
+        let plan = prepare(
+            &ctx,
+            &state,
+            &req,
+            HistoryMode::Sampled,
+            &HermesParser,
+            &metrics,
+        )
+        .unwrap();
         assert!(matches!(
             plan.base,
             rollout_proxy::turn::Base::Extend { .. }
         ));
         let id = format!("{}_tokens", state.nodes[0].len());
         group.bench_with_input(BenchmarkId::from_parameter(id), &req, |b, req| {
-            b.iter(|| prepare(&ctx, &state, req, HistoryMode::Sampled, &HermesParser).unwrap())
+            b.iter(|| {
+                prepare(
+                    &ctx,
+                    &state,
+                    req,
+                    HistoryMode::Sampled,
+                    &HermesParser,
+                    &metrics,
+                )
+                .unwrap()
+            })
         });
     }
     group.finish();
@@ -102,6 +123,7 @@ fn bench_turn(c: &mut Criterion) {
 
 fn bench_pipeline(c: &mut Criterion) {
     let ctx = context();
+    let metrics = Metrics::default();
     let mut group = c.benchmark_group("request_to_backend_body");
     for target in [1_000usize, 32_000] {
         let (state, messages) = session_with_history(&ctx, target);
@@ -111,8 +133,15 @@ fn bench_pipeline(c: &mut Criterion) {
             b.iter(|| {
                 let parsed: ChatCompletionBody = serde_json::from_slice(body).unwrap();
                 let req = ChatRequest::from_body(parsed, Some(256)).unwrap();
-                let plan =
-                    prepare(&ctx, &state, &req, HistoryMode::Sampled, &HermesParser).unwrap();
+                let plan = prepare(
+                    &ctx,
+                    &state,
+                    &req,
+                    HistoryMode::Sampled,
+                    &HermesParser,
+                    &metrics,
+                )
+                .unwrap();
                 let mut out = Vec::with_capacity(8 * plan.prompt_ids.len());
                 let mut ids = NumberArray::new(&mut out);
                 ids.ids(&plan.prompt_ids);

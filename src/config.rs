@@ -212,6 +212,7 @@ impl Settings {
         };
         let engine = embedded.map(|e| e.engine);
         let factory = default_factory(&model_name, tokenizer.clone(), engine);
+        let metrics = Arc::new(crate::metrics::Metrics::default());
         Ok(AppState {
             model_name: model_name.clone(),
             pipeline: Pipeline {
@@ -221,7 +222,10 @@ impl Settings {
                     placeholders: Placeholders::new(),
                     generation_prompts: Default::default(),
                 },
-                backends: Arc::new(Pool::new(self.config.pool.clone(), factory, servers)),
+                backends: Arc::new(
+                    Pool::new(self.config.pool.clone(), factory, servers)
+                        .with_metrics(metrics.clone()),
+                ),
                 context_length: self
                     .context_length
                     .or(self.config.context_length)
@@ -231,7 +235,7 @@ impl Settings {
                 log: journal.clone(),
                 under_way: Default::default(),
                 gate: Default::default(),
-                metrics: Default::default(),
+                metrics,
                 model_name: model_name.as_str().into(),
             },
             sessions,

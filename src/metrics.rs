@@ -4,19 +4,29 @@
 //! flight, errors and retries, the live sessions, turns under way and at a backend, and the
 //! journal's size.
 
+use crate::tools::CallOutcomes;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A stage of a turn whose time is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Render and tokenize the prompt that extends the node.
+    /// Read the request body and parse it into the turn (at the HTTP edge).
+    Parse,
+    /// Render and tokenize the prompt that extends the node (the two stages below, and
+    /// matching the request to the node).
     Plan,
+    /// Render the chat template.
+    Render,
+    /// Tokenize the rendered text that is new to the node.
+    Tokenize,
+    /// Wait for a slot on a backend (the pool's queue); zero when one is free.
+    Queue,
     /// From asking the backend (the pool's queue included) to the whole sample.
     Backend,
     /// A stream's time to its first sampled tokens.
@@ -30,7 +40,11 @@ pub enum Stage {
 impl Stage {
     fn name(self) -> &'static str {
         match self {
+            Self::Parse => "parse",
             Self::Plan => "plan",
+            Self::Render => "render",
+            Self::Tokenize => "tokenize",
+            Self::Queue => "queue",
             Self::Backend => "backend",
             Self::FirstToken => "first_token",
             Self::Commit => "commit",
@@ -63,6 +77,12 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolCallLabel {
+    parser: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabel {
     api: &'static str,
     cause: &'static str,
@@ -77,6 +97,7 @@ pub struct Metrics {
     stages: Family<StageLabel, Histogram>,
     divergences: Family<ReasonLabel, Counter>,
     failures: Family<FailureLabel, Counter>,
+    tool_calls: Family<ToolCallLabel, Counter>,
 }
 
 /// The tokens of one recorded turn.
@@ -100,6 +121,7 @@ impl Default for Metrics {
         });
         let divergences = Family::default();
         let failures = Family::default();
+        let tool_calls = Family::default();
         let mut registry = Registry::with_prefix("rollout");
         registry.register("turns", "Turns recorded", turns.clone());
         registry.register("tokens", "Tokens of recorded turns", tokens.clone());
@@ -114,6 +136,11 @@ impl Default for Metrics {
             "Turns that failed (nothing recorded), by cause",
             failures.clone(),
         );
+        registry.register(
+            "tool_calls",
+            "Call markup in recorded replies, by tool-call format and outcome",
+            tool_calls.clone(),
+        );
         Self {
             registry,
             turns,
@@ -121,6 +148,7 @@ impl Default for Metrics {
             stages,
             divergences,
             failures,
+            tool_calls,
         }
     }
 }
@@ -149,6 +177,15 @@ impl Metrics {
         }
     }
 
+    /// Times `stage` until the guard is dropped.
+    pub fn timed(&self, stage: Stage) -> Timed<'_> {
+        Timed {
+            metrics: self,
+            stage,
+            started: Instant::now(),
+        }
+    }
+
     /// The time a stage took.
     pub fn time(&self, stage: Stage, took: Duration) {
         let label = StageLabel {
@@ -173,12 +210,45 @@ impl Metrics {
             .inc();
     }
 
+    /// The call markup of a recorded reply in the `parser` format, by how it fared.
+    pub fn tool_calls(&self, parser: &str, outcomes: CallOutcomes) {
+        for (outcome, count) in [
+            ("promoted", outcomes.promoted),
+            ("healed", outcomes.healed),
+            ("left_as_text", outcomes.left_as_text),
+        ] {
+            if count > 0 {
+                let label = ToolCallLabel {
+                    parser: parser.to_string(),
+                    outcome,
+                };
+                self.tool_calls
+                    .get_or_create(&label)
+                    .inc_by(u64::from(count));
+            }
+        }
+    }
+
     /// The text of every metric: these, then `live`'s.
     pub fn encode(&self, live: &Live) -> Result<String, std::fmt::Error> {
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
         prometheus_client::encoding::prometheus_text::encode(&mut text, &live.registry())?;
         Ok(text)
+    }
+}
+
+/// Times a stage while it lives (see [`Metrics::timed`]).
+#[derive(Debug)]
+pub struct Timed<'m> {
+    metrics: &'m Metrics,
+    stage: Stage,
+    started: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.metrics.time(self.stage, self.started.elapsed());
     }
 }
 

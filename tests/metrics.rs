@@ -86,7 +86,9 @@ async fn metrics_count_turns_tokens_stages_failures_and_backends() {
         at("rollout_turn_failures_total{api=chat.completions,cause=backend}"),
         1.0
     );
-    for stage in ["plan", "backend", "commit", "turn"] {
+    for stage in [
+        "parse", "plan", "render", "tokenize", "queue", "backend", "commit", "turn",
+    ] {
         assert!(
             at(&format!("rollout_stage_seconds_count{{stage={stage}}}")) >= 2.0,
             "{stage}: {samples}"
@@ -155,4 +157,41 @@ async fn a_turns_log_lines_carry_its_session_and_api() {
         .unwrap_or_else(|| panic!("no failure line in:\n{text}"));
     assert!(failed.contains(&format!("session={uuid}")), "{failed}");
     assert!(failed.contains("cause=\"backend\""), "{failed}");
+}
+
+#[tokio::test]
+async fn tool_call_outcomes_are_counted_per_format() {
+    let proxy = Proxy::atropos();
+    let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+    let call = |name: &str| format!("<tool_call>{{\"name\": \"{name}\", \"arguments\": {{}}}}");
+    for (text, stream) in [
+        // Read as written, streamed and not.
+        (format!("{}</tool_call>", call("f")), false),
+        (format!("{}</tool_call>", call("f")), true),
+        // The closing tag never came: healed.
+        (call("f"), true),
+        // Not a declared tool: left in the content.
+        (format!("{}</tool_call>", call("g")), false),
+    ] {
+        let uuid = proxy.session(json!({})).await;
+        proxy.worker.push_sample(Sample::stop(chars(&text)));
+        let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools,
+            "stream": stream});
+        let status = match stream {
+            true => proxy.chat_stream(&uuid, body).await.0,
+            false => proxy.chat(&uuid, body).await.0,
+        };
+        assert_eq!(status, 200);
+    }
+    let text = reqwest::get(format!("{}/metrics", proxy.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let samples = parse_with_prometheus_client(&text);
+    for (outcome, count) in [("promoted", 2.0), ("healed", 1.0), ("left_as_text", 1.0)] {
+        let key = format!("rollout_tool_calls_total{{outcome={outcome},parser=hermes}}");
+        assert_eq!(samples[&key].as_f64(), Some(count), "{key}: {samples}");
+    }
 }

@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let ctx = context();
-    if let Ok(plan) = prepare(ctx, &SessionState::default(), &request, HistoryMode::Sampled, &HermesParser) {
+    if let Ok(plan) = prepare(ctx, &SessionState::default(), &request, HistoryMode::Sampled, &HermesParser, &Default::default()) {
         let _ = ctx.tokenizer.decode(&plan.prompt_ids);
     }
 });

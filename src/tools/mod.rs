@@ -51,6 +51,29 @@ pub struct ParsedOutput {
     /// For each call, the byte offset in the content (as if it were kept when only whitespace)
     /// at which its markup stood: text before it came before the call.
     pub call_offsets: Vec<usize>,
+    /// How the call markup in the text fared.
+    pub outcomes: CallOutcomes,
+}
+
+/// How the call markup in a text fared (`GET /metrics` counts it per parser).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallOutcomes {
+    /// Calls returned as tool calls, read as written.
+    pub promoted: u32,
+    /// Calls returned as tool calls only through healing: their closing markup never came, or
+    /// their arguments had to be repaired.
+    pub healed: u32,
+    /// Call markup left in the content: a call the request does not let the model make, or
+    /// markup that does not read as a call.
+    pub left_as_text: u32,
+}
+
+impl std::ops::AddAssign for CallOutcomes {
+    fn add_assign(&mut self, other: Self) {
+        self.promoted += other.promoted;
+        self.healed += other.healed;
+        self.left_as_text += other.left_as_text;
+    }
 }
 
 /// A call written as JSON (`{"name": ..., "arguments": ...}`), as Hermes and Mistral write them;
@@ -95,35 +118,79 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
     /// The text split into content and the calls `promoter` accepts. Promoted markup is removed
     /// exactly; everything else (unpromoted calls included) stays, byte-intact and in order.
     fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput {
-        assemble(text, &self.find_calls(text, promoter.heals()), promoter)
+        let found = self.find_calls(text, promoter.heals());
+        // Only a call that runs to the end of the text can lack its closing markup.
+        let end = text.trim_end().len();
+        let strict = (promoter.heals() && found.iter().any(|c| c.span.end >= end))
+            .then(|| self.find_calls(text, false));
+        let mut parsed = assemble(text, &found, promoter, strict.as_deref());
+        parsed.outcomes.left_as_text += unread_markup(self, text, &found);
+        parsed
     }
 }
 
-/// Removes the promoted calls' markup from `text`.
-pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedOutput {
+/// How many blocks of call markup in `text` no call in `found` covers.
+fn unread_markup<P: ToolParser + ?Sized>(parser: &P, text: &str, found: &[FoundCall]) -> u32 {
+    let mut unread = 0;
+    let mut from = 0;
+    while let Some((at, len)) = parser
+        .signals()
+        .iter()
+        .filter_map(|signal| Some((from + text[from..].find(signal)?, signal.len())))
+        .min()
+    {
+        let next = match found.iter().find(|call| call.span.contains(&at)) {
+            Some(call) => call.span.end,
+            None => {
+                unread += 1;
+                at + parser.block_len(&text[at..]).unwrap_or(text.len() - at)
+            }
+        };
+        from = next.max(at + len);
+    }
+    unread
+}
+
+/// Removes the promoted calls' markup from `text`. `strict`: the calls found without healing,
+/// when healing may have found more (a promoted call not among them was healed).
+pub fn assemble(
+    text: &str,
+    found: &[FoundCall],
+    promoter: &Promoter,
+    strict: Option<&[FoundCall]>,
+) -> ParsedOutput {
     let mut content = String::with_capacity(text.len());
     let mut calls = Vec::new();
     let mut call_offsets = Vec::new();
+    let mut outcomes = CallOutcomes::default();
     let mut cursor = 0;
     for call in found {
         if call.span.start < cursor {
             continue;
         }
-        if let Some(arguments) = promoter.arguments(&call.name, &call.arguments) {
-            content.push_str(&text[cursor..call.span.start]);
-            call_offsets.push(content.len());
-            calls.push(ParsedCall {
-                name: call.name.clone(),
-                arguments,
-            });
-            cursor = call.span.end;
+        let Some(arguments) = promoter.arguments(&call.name, &call.arguments) else {
+            outcomes.left_as_text += 1;
+            continue;
+        };
+        let unclosed = strict.is_some_and(|strict| strict.iter().all(|s| s.span != call.span));
+        match unclosed || arguments != call.arguments.trim() {
+            true => outcomes.healed += 1,
+            false => outcomes.promoted += 1,
         }
+        content.push_str(&text[cursor..call.span.start]);
+        call_offsets.push(content.len());
+        calls.push(ParsedCall {
+            name: call.name.clone(),
+            arguments,
+        });
+        cursor = call.span.end;
     }
     content.push_str(&text[cursor..]);
     ParsedOutput {
         content: (!content.trim().is_empty()).then_some(content),
         calls,
         call_offsets,
+        outcomes,
     }
 }
 
@@ -131,4 +198,46 @@ pub fn assemble(text: &str, found: &[FoundCall], promoter: &Promoter) -> ParsedO
 fn python_json(value: &serde_json::Value) -> String {
     let value = minijinja::Value::from(minijinja::value::Serde(value));
     crate::template::pyjson::dumps(&value, &Default::default()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::promoter;
+
+    fn outcomes(text: &str) -> CallOutcomes {
+        HermesParser.parse(text, &promoter(&["f"])).outcomes
+    }
+
+    #[test]
+    fn each_call_is_counted_as_promoted_healed_or_left_as_text() {
+        let call = |name: &str| {
+            format!("<tool_call>{{\"name\": \"{name}\", \"arguments\": {{}}}}</tool_call>")
+        };
+        let counted = |promoted, healed, left_as_text| CallOutcomes {
+            promoted,
+            healed,
+            left_as_text,
+        };
+        assert_eq!(outcomes("plain text"), CallOutcomes::default());
+        assert_eq!(outcomes(&call("f")), counted(1, 0, 0));
+        // Not declared: left in the content.
+        assert_eq!(
+            outcomes(&format!("{}{}", call("f"), call("g"))),
+            counted(1, 0, 1)
+        );
+        // Markup that is no call at all.
+        assert_eq!(
+            outcomes("<tool_call>not json</tool_call> and on"),
+            counted(0, 0, 1)
+        );
+        // The closing tag never came.
+        assert_eq!(
+            outcomes("<tool_call>{\"name\": \"f\", \"arguments\": {}}"),
+            counted(0, 1, 0)
+        );
+        // Arguments as a string holding the object.
+        let stringified = r#"<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>"#;
+        assert_eq!(outcomes(stringified), counted(0, 1, 0));
+    }
 }

@@ -2,7 +2,7 @@
 //! call's markup (or of a stop string); markup is held until its call is complete, then
 //! emitted as one call, in document order with the text around it.
 
-use super::{ParsedCall, Promoter, ToolParser};
+use super::{CallOutcomes, ParsedCall, Promoter, ToolParser};
 use std::sync::Arc;
 
 /// Most bytes of unclosed markup held back before it is let through as text.
@@ -25,6 +25,7 @@ pub struct CallStream {
     promoter: Promoter,
     stops: Vec<String>,
     buffer: String,
+    outcomes: CallOutcomes,
 }
 
 impl CallStream {
@@ -35,6 +36,7 @@ impl CallStream {
             promoter,
             stops,
             buffer: String::new(),
+            outcomes: CallOutcomes::default(),
         }
     }
 
@@ -68,9 +70,15 @@ impl CallStream {
             };
             let block: String = self.buffer.drain(..end).collect();
             let parsed = parser.parse(&block, &self.promoter);
+            self.outcomes += parsed.outcomes;
             push_text(&mut pieces, parsed.content.unwrap_or_default());
             pieces.extend(parsed.calls.into_iter().map(Piece::Call));
         }
+    }
+
+    /// How the call markup streamed so far fared.
+    pub fn outcomes(&self) -> CallOutcomes {
+        self.outcomes
     }
 
     /// Ends the stream: the text before a matched stop string; a call whose markup never
@@ -84,6 +92,7 @@ impl CallStream {
         match &self.parser {
             Some(parser) => {
                 let parsed = parser.parse(&rest, &self.promoter);
+                self.outcomes += parsed.outcomes;
                 push_text(&mut pieces, parsed.content.unwrap_or_default());
                 pieces.extend(parsed.calls.into_iter().map(Piece::Call));
             }

@@ -56,6 +56,7 @@ impl<'t> ChoiceStream<'t> {
                 finish: Finish::Length,
                 text: String::new(),
                 end_token_text: None,
+                tool_outcomes: Default::default(),
             },
             backend,
         }
@@ -92,6 +93,7 @@ impl<'t> ChoiceStream<'t> {
         let deltas = self.deltas(rest, ids);
         cut_at_stop(&mut self.reply.text, self.generation.stop.as_ref());
         self.reply.end_token_text = end_token_text(self.tokenizer, &self.generation);
+        self.reply.tool_outcomes = self.calls.outcomes();
         self.reply.finish = Finish::of(
             self.generation.finish_reason,
             !self.reply.tool_calls.is_empty(),

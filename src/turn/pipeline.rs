@@ -42,19 +42,6 @@ pub struct Pipeline {
     pub model_name: Arc<str>,
 }
 
-/// Times a stage while it lives.
-pub(super) struct Timed<'m> {
-    metrics: &'m Metrics,
-    stage: Stage,
-    started: Instant,
-}
-
-impl Drop for Timed<'_> {
-    fn drop(&mut self) {
-        self.metrics.time(self.stage, self.started.elapsed());
-    }
-}
-
 /// Counts a turn as under way while it lives.
 #[derive(Debug)]
 pub(super) struct UnderWay(Arc<std::sync::atomic::AtomicUsize>);
@@ -277,13 +264,14 @@ impl Pipeline {
         state: &SessionState,
         request: &ChatRequest,
     ) -> Result<Plan, TurnError> {
-        let _timed = self.timed(Stage::Plan);
+        let _timed = self.metrics.timed(Stage::Plan);
         prepare(
             &self.context,
             state,
             request,
             session.options.history,
             session.options.tool_parser.parser().as_ref(),
+            &self.metrics,
         )
     }
 
@@ -342,7 +330,12 @@ impl Pipeline {
         };
         let mut record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
         record.key = request.key.clone();
-        self.write(session, state, record)
+        let nodes = self.write(session, state, record)?;
+        let format = session.options.tool_parser.name();
+        for choice in choices {
+            self.metrics.tool_calls(format, choice.reply.tool_outcomes);
+        }
+        Ok(nodes)
     }
 
     /// Journals `record` (when there is a journal), then applies it. A choice whose backend
@@ -353,7 +346,7 @@ impl Pipeline {
         state: &mut SessionState,
         mut record: CommitRecord,
     ) -> Result<Vec<usize>, TurnError> {
-        let _timed = self.timed(Stage::Commit);
+        let _timed = self.metrics.timed(Stage::Commit);
         if let Some(announced) = self.gate.weight_version() {
             for choice in &mut record.choices {
                 choice
@@ -412,15 +405,6 @@ impl Pipeline {
         );
     }
 
-    /// Times `stage` until the guard is dropped.
-    pub(super) fn timed(&self, stage: Stage) -> Timed<'_> {
-        Timed {
-            metrics: &self.metrics,
-            stage,
-            started: Instant::now(),
-        }
-    }
-
     /// Labels the last turn of `node` with how the nudge went.
     fn relabel(
         &self,
@@ -456,7 +440,7 @@ impl Pipeline {
         };
         let previous = session.backend();
         let mut aborted = session.abort_signal();
-        let _timed = self.timed(Stage::Backend);
+        let _timed = self.metrics.timed(Stage::Backend);
         // An abort drops the backend call, which cancels the request.
         let sampled = tokio::select! {
             sampled = self.backends.generate(&request, route(session, previous.as_deref())) => {

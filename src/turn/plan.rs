@@ -18,6 +18,7 @@ use super::render::{self, History};
 use super::segments::{exact_check, generation_check, verify};
 use super::{TurnContext, TurnError, matching};
 use crate::chat::{ChatMessage, ChatRequest};
+use crate::metrics::{Metrics, Stage};
 use crate::session::{
     CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
 };
@@ -109,13 +110,14 @@ impl Plan {
 }
 
 /// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
-/// session's tool-call format.
+/// session's tool-call format. Rendering and tokenizing are timed in `metrics`.
 pub fn prepare(
     ctx: &TurnContext,
     state: &SessionState,
     request: &ChatRequest,
     mode: HistoryMode,
     parser: &dyn ToolParser,
+    metrics: &Metrics,
 ) -> Result<Plan, TurnError> {
     let matched = matching::match_completions(state, &request.messages);
     let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
@@ -134,12 +136,15 @@ pub fn prepare(
             })
         })
         .collect();
-    let rendered = render::render_turn(
-        &ctx.template,
-        &ctx.generation_prompts,
-        &TemplateValue::from(messages.clone()),
-        request,
-    )?;
+    let rendered = {
+        let _timed = metrics.timed(Stage::Render);
+        render::render_turn(
+            &ctx.template,
+            &ctx.generation_prompts,
+            &TemplateValue::from(messages.clone()),
+            request,
+        )?
+    };
 
     let unmatched_assistant = request
         .messages
@@ -210,6 +215,7 @@ pub fn prepare(
         }
     };
     let base_len = prompt_ids.len();
+    let tokenizing = metrics.timed(Stage::Tokenize);
     // The base node ends with completion `first_piece` (none for a new node); everything after
     // it is new prompt: the pieces between sampled turns, tokenized, and the sampled ids.
     prompt_ids.extend(ctx.tokenizer.encode(pieces[first_piece])?);
@@ -218,6 +224,7 @@ pub fn prepare(
         state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
         prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
     }
+    drop(tokenizing);
     let history = history_entries(&sampled, &pieces);
     Ok(Plan {
         prompt_ids,

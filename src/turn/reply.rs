@@ -5,7 +5,7 @@
 use crate::chat::ChatRequest;
 use crate::generation::{FinishReason, Generation, StopMatch};
 use crate::tokenizer::Tokenizer;
-use crate::tools::ToolParser;
+use crate::tools::{CallOutcomes, ToolParser};
 
 /// Why a reply ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +72,8 @@ pub struct Reply {
     pub text: String,
     /// The special token the sample ended on (the template writes it after the content).
     pub end_token_text: Option<String>,
+    /// How the call markup in the text fared (promoted, healed, left as text).
+    pub tool_outcomes: CallOutcomes,
 }
 
 impl Reply {
@@ -84,6 +86,7 @@ impl Reply {
             finish: Finish::of(reason, false),
             text,
             end_token_text,
+            tool_outcomes: CallOutcomes::default(),
         }
     }
 }
@@ -173,8 +176,9 @@ pub fn shape(
     let promoter = request.promoter();
     let parsed = promoter
         .is_active()
-        .then(|| parser.parse(&answer, &promoter))
-        .filter(|p| !p.calls.is_empty());
+        .then(|| parser.parse(&answer, &promoter));
+    let tool_outcomes = parsed.as_ref().map(|p| p.outcomes).unwrap_or_default();
+    let parsed = parsed.filter(|p| !p.calls.is_empty());
     let (content, tool_calls) = match parsed {
         Some(parsed) => {
             let keep = if request.parallel_tool_calls {
@@ -206,6 +210,7 @@ pub fn shape(
         finish,
         text,
         end_token_text,
+        tool_outcomes,
     }
 }
 

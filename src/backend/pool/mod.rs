@@ -18,6 +18,7 @@ use member::Reserve;
 
 use super::{BackendConfig, BackendError, EventStream, PoolSettings};
 use crate::generation::{GenerateRequest, Generation};
+use crate::metrics::{Metrics, Stage};
 use futures::StreamExt;
 use member::is_retryable;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -56,6 +57,8 @@ pub struct Pool {
     freed: Arc<Notify>,
     turns_with_history: AtomicU64,
     turns_on_same_backend: AtomicU64,
+    /// Where the time requests wait for a slot is reported.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -95,9 +98,16 @@ impl Pool {
             freed: Arc::new(Notify::new()),
             turns_with_history: AtomicU64::new(0),
             turns_on_same_backend: AtomicU64::new(0),
+            metrics: None,
         };
         pool.replace(configs);
         pool
+    }
+
+    /// Reports the time each request waits for a backend slot (`Stage::Queue`) to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Its routing, health, retry and queue settings.
@@ -260,6 +270,7 @@ impl Pool {
         route: Route<'_>,
         avoid: Option<&Arc<Member>>,
     ) -> Result<Lease, BackendError> {
+        let _wait = self.metrics.as_ref().map(|m| m.timed(Stage::Queue));
         let deadline =
             tokio::time::Instant::now() + Duration::from_secs_f64(self.settings.queue_timeout);
         loop {

@@ -10,6 +10,7 @@ mod stream;
 
 use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
+use crate::metrics::Stage;
 use crate::session::Session;
 use crate::session::replies::TurnKey;
 use crate::turn::RenderedTurn;
@@ -72,6 +73,7 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, MessagesBody), AnthropicError> {
     let session = state.session(&path.into_inner())?;
+    let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body = read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     Ok((session, body))
 }

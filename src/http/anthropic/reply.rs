@@ -113,6 +113,7 @@ mod tests {
             finish: Finish::ToolCalls,
             text: String::new(),
             end_token_text: None,
+            tool_outcomes: Default::default(),
         };
         assert_eq!(
             serde_json::to_value(blocks(&reply)).unwrap(),

@@ -6,6 +6,7 @@ use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::generation::StopMatch;
 use crate::http::body::{json_response, json_with_ids, read_json};
 use crate::http::{ApiError, AppState};
+use crate::metrics::Stage;
 use crate::session::Session;
 use crate::session::replies::TurnKey;
 use crate::turn::{Reply, ReturnedCall, TurnOutput};
@@ -19,6 +20,7 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ChatRequest), ApiError> {
     let session = state.session(&path.into_inner())?;
+    let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body: ChatCompletionBody = read_json(payload, state.max_body_bytes).await?;
     let request = ChatRequest::from_body(body, state.default_max_tokens)?;
     Ok((session, request))
@@ -177,6 +179,7 @@ mod tests {
             finish: Finish::ToolCalls,
             text: String::new(),
             end_token_text: None,
+            tool_outcomes: Default::default(),
         };
         let choice = ChatChoice {
             index: 0,

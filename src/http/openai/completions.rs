@@ -6,6 +6,7 @@ use crate::chat::request::{MAX_N, MAX_TOP_LOGPROBS, StopField};
 use crate::generation::SamplingParams;
 use crate::http::body::read_json;
 use crate::http::{ApiError, AppState};
+use crate::metrics::Stage;
 use crate::session::replies::TurnKey;
 use crate::tokenizer::Tokenizer;
 use crate::turn::{ChoiceOutput, TextPrompt};
@@ -90,7 +91,10 @@ pub async fn completions(
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
     let session = state.session(&path.into_inner())?;
-    let body: CompletionBody = read_json(payload, state.max_body_bytes).await?;
+    let body: CompletionBody = {
+        let _parse = state.pipeline.metrics.timed(Stage::Parse);
+        read_json(payload, state.max_body_bytes).await?
+    };
     if body.stream == Some(true) {
         return Err(ApiError::bad_request(
             "stream=true is not supported on /v1/completions; use the chat endpoint to stream",

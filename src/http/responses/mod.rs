@@ -11,6 +11,7 @@ mod stream;
 
 use super::body::read_json_noting_unknown;
 use super::{ApiError, AppState};
+use crate::metrics::Stage;
 use crate::session::Session;
 use crate::session::replies::TurnKey;
 use crate::session::responses::StoredResponse;
@@ -61,6 +62,7 @@ async fn parse(
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ResponsesBody, Vec<Value>), ApiError> {
     let session = state.session(&path.into_inner())?;
+    let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let mut body: ResponsesBody =
         read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let mut items = match &body.previous_response_id {
