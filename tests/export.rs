@@ -344,8 +344,12 @@ async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
     assert_eq!(document["final_metrics"]["extra"]["reward"], 1.0);
     assert_eq!(document["schema_version"], "ATIF-v1.6");
 
-    let dir = scratch_dir("export-atif");
-    let path = dir.join("trajectory.json");
+    assert_valid_atif(document, "export-atif");
+}
+
+/// Harbor's own validator accepts `document`.
+fn assert_valid_atif(document: &Value, name: &str) {
+    let path = scratch_dir(name).join("trajectory.json");
     std::fs::write(&path, serde_json::to_vec(document).unwrap()).unwrap();
     let (python, harbor) = atif_validator();
     let output = std::process::Command::new(python)
@@ -357,6 +361,76 @@ async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
     let said = String::from_utf8_lossy(&output.stdout).to_string()
         + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "Harbor's validator: {said}");
+}
+
+#[tokio::test]
+async fn atif_steps_are_the_conversations_messages_on_a_real_template() {
+    let (tokenizer, proxy) = common::qwen3_proxy();
+    let uuid = proxy.session(json!({})).await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let mut messages = vec![
+        json!({"role": "system", "content": "You answer weather questions."}),
+        json!({"role": "user", "content": "Weather in Paris and Rome?"}),
+    ];
+    let calls = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n\
+                 </tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \
+                 {\"city\": \"Rome\"}}\n</tool_call><|im_end|>";
+    let sample = Sample::stop(tokenizer.encode(calls).unwrap());
+    let (status, reply) = proxy
+        .turn(&uuid, sample, json!({"messages": messages, "tools": tools}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let assistant = reply["choices"][0]["message"].clone();
+    let ids: Vec<Value> = assistant["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    messages.push(assistant);
+    messages.push(json!({"role": "tool", "tool_call_id": ids[0], "content": "sunny"}));
+    messages.push(json!({"role": "tool", "tool_call_id": ids[1], "content": "rainy"}));
+    let sample = Sample::stop(
+        tokenizer
+            .encode("Paris is sunny, Rome rainy.<|im_end|>")
+            .unwrap(),
+    );
+    let (status, _) = proxy
+        .turn(&uuid, sample, json!({"messages": messages, "tools": tools}))
+        .await;
+    assert_eq!(status, 200);
+    let (_, text) = export_text(&proxy, "?format=atif").await;
+    let document = &lines(&text)[0];
+    let steps = document["steps"].as_array().unwrap();
+    let shape: Vec<(&str, &str)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["source"].as_str().unwrap(),
+                s["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("system", shape[0].1),
+            ("user", "Weather in Paris and Rome?"),
+            ("agent", ""),
+            ("agent", "Paris is sunny, Rome rainy."),
+        ],
+        "{document}"
+    );
+    // The system message as the template wrote it: the tools' description included.
+    assert!(shape[0].1.starts_with("You answer weather questions."));
+    assert_eq!(
+        steps[2]["observation"]["results"],
+        json!([{"source_call_id": ids[0], "content": "sunny"},
+            {"source_call_id": ids[1], "content": "rainy"}])
+    );
+    assert_valid_atif(document, "export-atif-messages");
 }
 
 #[tokio::test]

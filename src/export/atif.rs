@@ -6,10 +6,14 @@
 //! (`prompt_token_ids`: the whole prompt, `completion_token_ids`, `logprobs`), its visible
 //! text, reasoning (when the session returns it) and the tool calls it made, under the ids the
 //! client got. A node keeps ids, not messages: what the environment added between two turns is
-//! the rendered text of those prompt tokens, as a `user` step — or, after a step that called
-//! tools, as that step's observation. The reward travels in `final_metrics.extra`.
+//! read back from those prompt tokens' message headers ([`super::messages`]) — each system or
+//! user message a step, and the tool results the observation of the step that called the
+//! tools, each under the call it answers. Without headers (a plain-text prompt) the text
+//! between two turns is one `user` step or observation. The reward travels in
+//! `final_metrics.extra`.
 
 use super::SessionExport;
+use super::messages;
 use crate::session::completion::tool_call_hash;
 use crate::session::{CompletionRecord, Node};
 use crate::tokenizer::Tokenizer;
@@ -50,6 +54,9 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
         .collect();
     let parser = session.options.tool_parser.parser();
     let shown = ctx.tokenizer.special_ids(parser.markers());
+    let messages = messages::segment(node, &tokens, ctx.tokenizer);
+    // Without message headers (a plain-text prompt) the input between turns stays one text.
+    let headed = messages.iter().any(|m| m.role != "text");
     let mut steps: Vec<Value> = Vec::new();
     let mut calling_step: Option<usize> = None;
     let mut input_start = 0;
@@ -57,14 +64,17 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
     for (turn_index, turn) in node.turns.iter().enumerate() {
         let start = turn.completion_start;
         let end = start + turn.completion_tokens;
-        let input = ctx.tokenizer.decode(&tokens[input_start.min(start)..start]);
-        if !input.is_empty() {
-            match calling_step.take() {
-                Some(step) => steps[step]["observation"] = json!({"results": [{"content": input}]}),
-                None => steps
-                    .push(json!({"step_id": steps.len() + 1, "source": "user", "message": input})),
-            }
-        }
+        let window = input_start.min(start)..start;
+        let inputs: Vec<(&str, String)> = match headed {
+            // The messages the environment added (the one the sample continues is the turn's).
+            true => messages
+                .iter()
+                .filter(|m| window.contains(&m.start) && m.end <= start)
+                .map(|m| (m.role, messages::content(m, &tokens, ctx.tokenizer)))
+                .collect(),
+            false => vec![("text", ctx.tokenizer.decode(&tokens[window]))],
+        };
+        add_inputs(&mut steps, &mut calling_step, inputs);
         let completion = &tokens[start..end];
         let logprobs = sampled_logprobs
             .iter()
@@ -121,8 +131,9 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
         "schema_version": SCHEMA_VERSION,
         "session_id": session.id,
         "agent": {"name": "rollout-proxy", "version": env!("CARGO_PKG_VERSION"), "model_name": ctx.model_name},
-        "notes": "Exported by rollout-proxy from one training node. User steps and observations are \
-                  the rendered text of the prompt tokens the environment added between two turns.",
+        "notes": "Exported by rollout-proxy from one training node. System and user steps and tool \
+                  observations are the messages the environment added between two turns, read \
+                  back from the node's ids (template markup left out).",
         "steps": steps,
         "final_metrics": {
             "total_prompt_tokens": total_prompt,
@@ -134,6 +145,46 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
         "extra": {"node_index": index, "divergence": node.divergence, "parent": node.parent,
             "created_at": session.created_at},
     })
+}
+
+/// Adds what the environment said before a turn: tool results as the observation of the step
+/// that called the tools (each result under the call it answers, in order), anything else as a
+/// step of its own.
+fn add_inputs(
+    steps: &mut Vec<Value>,
+    calling_step: &mut Option<usize>,
+    inputs: Vec<(&str, String)>,
+) {
+    let mut results = Vec::new();
+    for (role, text) in inputs.into_iter().filter(|(_, text)| !text.is_empty()) {
+        match (role, *calling_step) {
+            ("tool", Some(step)) => {
+                for content in messages::tool_results(&text) {
+                    let call = &steps[step]["tool_calls"][results.len()]["tool_call_id"];
+                    let mut result = json!({"content": content});
+                    if call.is_string() {
+                        result["source_call_id"] = call.clone();
+                    }
+                    results.push(result);
+                }
+            }
+            // Unheaded text after a step that called tools is what the tools returned.
+            ("text", Some(_)) if results.is_empty() => results.push(json!({"content": text})),
+            _ => {
+                let source = match role {
+                    "system" => "system",
+                    "assistant" => "agent",
+                    _ => "user",
+                };
+                steps.push(json!({"step_id": steps.len() + 1, "source": source, "message": text}));
+            }
+        }
+    }
+    if let Some(step) = calling_step.take()
+        && !results.is_empty()
+    {
+        steps[step]["observation"] = json!({"results": results});
+    }
 }
 
 /// The calls the client was given for this text (matched to their issued ids by name and

@@ -120,6 +120,36 @@ fn opens_message(tokens: &[u32], at: usize, tokenizer: &Tokenizer) -> Option<&'s
     Some(if tool_result { "tool" } else { role })
 }
 
+/// The text of `message` as its author wrote it, as well as the ids tell: special tokens and
+/// the header's role name left out.
+pub fn content(message: &MessageSpan, tokens: &[u32], tokenizer: &Tokenizer) -> String {
+    let text = tokenizer.decode_visible(&tokens[message.start..message.end], &[]);
+    let text = text.trim_start();
+    let word_len = text
+        .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .unwrap_or(text.len());
+    let body = match role_named(&text[..word_len].to_ascii_lowercase()) {
+        // The header's own line: `user`, `assistant`, `functions.lookup to=assistant`.
+        Some(_) => text.split_once('\n').map_or("", |(_, rest)| rest),
+        None => text,
+    };
+    body.trim().to_string()
+}
+
+/// The results in the content of a tool message: each `<tool_response>` block's text (Hermes-
+/// style templates put consecutive results in one message), else the whole content.
+pub fn tool_results(content: &str) -> Vec<&str> {
+    let blocks: Vec<&str> = content
+        .split("<tool_response>")
+        .skip(1)
+        .filter_map(|block| Some(block.split_once("</tool_response>")?.0.trim()))
+        .collect();
+    match blocks.is_empty() {
+        true => vec![content],
+        false => blocks,
+    }
+}
+
 fn role_named(word: &str) -> Option<&'static str> {
     ROLE_WORDS
         .iter()
@@ -169,6 +199,15 @@ mod tests {
         assert!(spans[2].start < sampled.start as usize && spans[2].end > sampled.end as usize);
         let text = |s: &MessageSpan| tokenizer.decode(&tokens[s.start..s.end]);
         assert_eq!(text(&spans[1]), "<|im_start|>user\nHi<|im_end|>\n");
+        let contents: Vec<_> = spans
+            .iter()
+            .map(|s| content(s, &tokens, &tokenizer))
+            .collect();
+        assert_eq!(contents[..3], ["Be brief.", "Hi", "Hello user"]);
+        assert_eq!(tool_results(&contents[3]), ["42"]);
+        let two = "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>";
+        assert_eq!(tool_results(two), ["a", "b"]);
+        assert_eq!(tool_results("plain"), ["plain"]);
     }
 
     #[test]
