@@ -2,13 +2,19 @@
 //! row per node: `tokens`, `masked_tokens` and `attention_mask` (int32), `logprobs` and
 //! `rewards` (float32), `lengths` (int32), and `nodes.json` (each row's session, node index,
 //! reward, metadata and turns; `numpy.load(...)["nodes.json"]` returns its bytes).
+//!
+//! The file is written as it is sent, never whole in memory: each array is a zip entry with a
+//! data descriptor (as streamed zips are written; numpy reads them), its `.npy` header first,
+//! then its rows, built with `ndarray` a session's nodes at a time.
 
 use super::{ExportError, SessionExport};
-use ndarray::{Array1, Array2};
-use ndarray_npy::WriteNpyExt;
+use crate::session::Node;
+use ndarray::Array2;
+use ndarray_npy::WritableElement;
+use ndarray_npy::npy::header::{Header, Layout};
 use serde_json::json;
-use std::io::Cursor;
-use zip::write::SimpleFileOptions;
+use std::io::Write;
+use zip::write::{SimpleFileOptions, StreamWriter};
 
 /// How rows are padded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,22 +25,19 @@ pub struct Padding {
     pub pad_id: i32,
 }
 
-/// The arrays of every node of `exports`, as `.npz` bytes.
-pub fn write(exports: &[SessionExport], padding: Padding) -> Result<Vec<u8>, ExportError> {
-    let rows: Vec<_> = exports
-        .iter()
-        .flat_map(|e| {
-            e.nodes
-                .iter()
-                .enumerate()
-                .map(move |(i, node)| (e, i, node))
-        })
-        .collect();
-    let longest = rows
-        .iter()
-        .map(|(_, _, node)| node.len())
-        .max()
-        .unwrap_or(0);
+/// The arrays' shape: one row per node, each `width` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Nodes.
+    pub rows: usize,
+    /// Ids per row.
+    pub width: usize,
+}
+
+/// The shape of the arrays of `exports`, or why they cannot be written.
+pub fn shape(exports: &[SessionExport], padding: Padding) -> Result<Shape, ExportError> {
+    let nodes = || exports.iter().flat_map(|e| e.nodes);
+    let longest = nodes().map(Node::len).max().unwrap_or(0);
     let width = padding.pad_to.unwrap_or(longest);
     if longest > width {
         return Err(ExportError::TooLong {
@@ -42,90 +45,214 @@ pub fn write(exports: &[SessionExport], padding: Padding) -> Result<Vec<u8>, Exp
             pad_to: width,
         });
     }
-    let shape = (rows.len(), width);
-    let mut tokens = Array2::<i32>::from_elem(shape, padding.pad_id);
-    let mut masked = Array2::<i32>::from_elem(shape, -100);
-    let mut logprobs = Array2::<f32>::from_elem(shape, 1.0);
-    let mut attention = Array2::<i32>::zeros(shape);
-    let mut lengths = Array1::<i32>::zeros(rows.len());
-    let mut rewards = Array1::<f32>::from_elem(rows.len(), f32::NAN);
-    let mut described = Vec::with_capacity(rows.len());
-    let mut ids = Vec::new();
-    for (row, (export, index, node)) in rows.iter().enumerate() {
-        ids.clear();
-        node.copy_tokens_into(&mut ids);
-        let n = ids.len();
-        // Rows are contiguous (standard layout): filled slice by slice.
-        for (cell, &id) in row_of(&mut tokens, row)[..n].iter_mut().zip(&ids) {
+    Ok(Shape {
+        rows: nodes().count(),
+        width,
+    })
+}
+
+/// Writes the `.npz` of every node of `exports` to `out`, as it goes.
+pub fn write(
+    exports: &[SessionExport],
+    padding: Padding,
+    out: impl Write,
+) -> Result<(), ExportError> {
+    let shape = shape(exports, padding)?;
+    let mut zip = zip::ZipWriter::new_stream(out);
+    let mut arrays = Arrays {
+        exports,
+        shape,
+        ids: Vec::new(),
+    };
+    arrays.write(&mut zip, "tokens.npy", padding.pad_id, |_, ids, row| {
+        for (cell, &id) in row.iter_mut().zip(ids) {
             *cell = id as i32;
         }
-        row_of(&mut attention, row)[..n].fill(1);
-        let masked_row = row_of(&mut masked, row);
-        let logprobs_row = row_of(&mut logprobs, row);
+    })?;
+    arrays.write(&mut zip, "masked_tokens.npy", -100i32, |node, ids, row| {
         for (range, sampled) in node.runs() {
-            if let Some(sampled) = sampled {
-                for ((cell, &id), (lp_cell, &logprob)) in masked_row[range.clone()]
-                    .iter_mut()
-                    .zip(&ids[range.clone()])
-                    .zip(logprobs_row[range].iter_mut().zip(sampled))
-                {
+            if sampled.is_some() {
+                for (cell, &id) in row[range.clone()].iter_mut().zip(&ids[range]) {
                     *cell = id as i32;
-                    *lp_cell = logprob;
                 }
             }
         }
-        lengths[row] = ids.len() as i32;
-        let reward = export.reward.as_ref();
-        if let Some(reward) = reward {
-            rewards[row] = reward.reward as f32;
+    })?;
+    arrays.write(&mut zip, "logprobs.npy", 1.0f32, |node, _, row| {
+        for (range, sampled) in node.runs() {
+            if let Some(sampled) = sampled {
+                row[range].copy_from_slice(sampled);
+            }
         }
-        described.push(json!({
-            "session_id": export.session.id,
-            "node_index": index,
-            "reward": reward.map(|r| r.reward),
-            "metadata": reward.map(|r| &r.metadata),
-            "turns": node.turns,
-        }));
+    })?;
+    arrays.write(&mut zip, "attention_mask.npy", 0i32, |_, ids, row| {
+        row[..ids.len()].fill(1);
+    })?;
+    arrays.write_column(&mut zip, "lengths.npy", 0i32, |_, node| node.len() as i32)?;
+    arrays.write_column(&mut zip, "rewards.npy", f32::NAN, |export, _| {
+        export.reward.as_ref().map_or(f32::NAN, |r| r.reward as f32)
+    })?;
+    start(&mut zip, "nodes.json")?;
+    let described: Vec<_> = exports
+        .iter()
+        .flat_map(|export| {
+            let reward = export.reward.as_ref();
+            export.nodes.iter().enumerate().map(move |(index, node)| {
+                json!({
+                    "session_id": export.session.id,
+                    "node_index": index,
+                    "reward": reward.map(|r| r.reward),
+                    "metadata": reward.map(|r| &r.metadata),
+                    "turns": node.turns,
+                })
+            })
+        })
+        .collect();
+    serde_json::to_writer(&mut zip, &described).map_err(failed)?;
+    zip.finish().map_err(failed)?.flush().map_err(failed)
+}
+
+type Zip<W> = zip::ZipWriter<StreamWriter<W>>;
+
+/// Writes the arrays, a session's nodes at a time.
+struct Arrays<'e, 'a> {
+    exports: &'e [SessionExport<'a>],
+    shape: Shape,
+    /// The ids of the node being written.
+    ids: Vec<u32>,
+}
+
+impl Arrays<'_, '_> {
+    /// The array `name`: `pad` everywhere but where `fill` writes each node's row (given the
+    /// node and its ids).
+    fn write<A: WritableElement + Clone>(
+        &mut self,
+        zip: &mut Zip<impl Write>,
+        name: &str,
+        pad: A,
+        fill: impl Fn(&Node, &[u32], &mut [A]),
+    ) -> Result<(), ExportError> {
+        start(zip, name)?;
+        header::<A>(&mut *zip, vec![self.shape.rows, self.shape.width])?;
+        for export in self.exports {
+            let mut block = Array2::from_elem((export.nodes.len(), self.shape.width), pad.clone());
+            for (node, mut row) in export.nodes.iter().zip(block.rows_mut()) {
+                self.ids.clear();
+                node.copy_tokens_into(&mut self.ids);
+                let row = row
+                    .as_slice_mut()
+                    .expect("rows of a standard-layout array are contiguous");
+                fill(node, &self.ids, row);
+            }
+            rows(&mut *zip, &block)?;
+        }
+        Ok(())
     }
-    let mut zip = Zip::new(Cursor::new(Vec::new()));
-    add(&mut zip, "tokens.npy", |out| tokens.write_npy(out))?;
-    add(&mut zip, "masked_tokens.npy", |out| masked.write_npy(out))?;
-    add(&mut zip, "logprobs.npy", |out| logprobs.write_npy(out))?;
-    add(&mut zip, "attention_mask.npy", |out| {
-        attention.write_npy(out)
-    })?;
-    add(&mut zip, "lengths.npy", |out| lengths.write_npy(out))?;
-    add(&mut zip, "rewards.npy", |out| rewards.write_npy(out))?;
-    add(&mut zip, "nodes.json", |out| {
-        serde_json::to_writer(out, &described)
-    })?;
-    let bytes = zip.finish().map_err(failed)?;
-    Ok(bytes.into_inner())
+
+    /// The one-dimensional array `name`: `value` of each node.
+    fn write_column<A: WritableElement + Clone>(
+        &self,
+        zip: &mut Zip<impl Write>,
+        name: &str,
+        pad: A,
+        value: impl Fn(&SessionExport, &Node) -> A,
+    ) -> Result<(), ExportError> {
+        start(zip, name)?;
+        header::<A>(&mut *zip, vec![self.shape.rows])?;
+        for export in self.exports {
+            let mut block = Array2::from_elem((export.nodes.len(), 1), pad.clone());
+            for (cell, node) in block.iter_mut().zip(export.nodes) {
+                *cell = value(export, node);
+            }
+            rows(&mut *zip, &block)?;
+        }
+        Ok(())
+    }
 }
 
-/// Row `row` of a standard-layout (so contiguous) array, as a slice.
-fn row_of<A>(array: &mut Array2<A>, row: usize) -> &mut [A] {
-    array
-        .row_mut(row)
-        .into_slice()
-        .expect("rows of a standard-layout array are contiguous")
-}
-
-type Zip = zip::ZipWriter<Cursor<Vec<u8>>>;
-
-/// Adds the member `name`, written by `write`, stored uncompressed (as `numpy.savez` does).
-fn add<E: std::fmt::Display>(
-    zip: &mut Zip,
-    name: &str,
-    write: impl FnOnce(&mut Zip) -> Result<(), E>,
-) -> Result<(), ExportError> {
+/// Starts the member `name`, stored uncompressed (as `numpy.savez` does).
+fn start(zip: &mut Zip<impl Write>, name: &str) -> Result<(), ExportError> {
     let stored = SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
         .large_file(true);
-    zip.start_file(name, stored).map_err(failed)?;
-    write(zip).map_err(failed)
+    zip.start_file(name, stored).map_err(failed)
+}
+
+/// An `.npy` header for a standard-layout array of `A` with `shape`.
+fn header<A: WritableElement>(out: impl Write, shape: Vec<usize>) -> Result<(), ExportError> {
+    let header = Header {
+        type_descriptor: A::type_descriptor(),
+        layout: Layout::Standard,
+        shape,
+    };
+    header.write(out).map_err(failed)
+}
+
+/// The rows of `block`, in order.
+fn rows<A: WritableElement>(out: impl Write, block: &Array2<A>) -> Result<(), ExportError> {
+    let cells = block
+        .as_slice()
+        .expect("a standard-layout array is contiguous");
+    A::write_slice(cells, out).map_err(failed)
 }
 
 fn failed(error: impl std::fmt::Display) -> ExportError {
     ExportError::Write(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{SessionOptions, SessionStore};
+    use ndarray::Array1;
+    use ndarray_npy::ReadNpyExt;
+    use std::io::{Cursor, Read};
+
+    /// The member `name` of the `.npz` in `bytes`.
+    fn member(bytes: &[u8], name: &str) -> Vec<u8> {
+        let mut archive = zip::ZipArchive::new(Cursor::new(bytes)).unwrap();
+        let mut content = Vec::new();
+        archive
+            .by_name(name)
+            .unwrap()
+            .read_to_end(&mut content)
+            .unwrap();
+        content
+    }
+
+    #[test]
+    fn rows_are_padded_nodes_and_an_empty_export_is_a_valid_file() {
+        let store = SessionStore::default();
+        let session = store.create(SessionOptions::default()).unwrap();
+        let mut long = Node::default();
+        long.push_prompt(&[5, 6, 7]);
+        long.push_sampled(&[8], &[-0.5]);
+        let mut short = Node::default();
+        short.push_prompt(&[9]);
+        let nodes = [long, short];
+        let export = SessionExport {
+            session: &session,
+            nodes: &nodes,
+            completions: &[],
+            reward: None,
+        };
+        let padding = Padding {
+            pad_to: None,
+            pad_id: -1,
+        };
+        let mut bytes = Vec::new();
+        write(&[export], padding, &mut bytes).unwrap();
+        let tokens = Array2::<i32>::read_npy(&member(&bytes, "tokens.npy")[..]).unwrap();
+        assert_eq!(tokens, ndarray::arr2(&[[5, 6, 7, 8], [9, -1, -1, -1]]));
+        let masked = Array2::<i32>::read_npy(&member(&bytes, "masked_tokens.npy")[..]).unwrap();
+        assert_eq!(masked.row(0).to_vec(), [-100, -100, -100, 8]);
+        let lengths = Array1::<i32>::read_npy(&member(&bytes, "lengths.npy")[..]).unwrap();
+        assert_eq!(lengths.to_vec(), [4, 1]);
+
+        let mut empty = Vec::new();
+        write(&[], padding, &mut empty).unwrap();
+        let tokens = Array2::<i32>::read_npy(&member(&empty, "tokens.npy")[..]).unwrap();
+        assert_eq!(tokens.dim(), (0, 0));
+        assert_eq!(member(&empty, "nodes.json"), b"[]");
+    }
 }

@@ -111,32 +111,96 @@ pub async fn export(
                 let guard = session.state.clone().lock_owned().await;
                 held.push((session, guard));
             }
+            // A node longer than `pad_to` is a 400, before anything is sent.
             let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
-            let bytes = bytes::Bytes::from(npz::write(&exports, padding)?);
-            if !delete {
-                held.clear();
-            }
-            // With `delete`, the sessions stay locked until the file has been handed over, and
-            // are removed only then.
-            let state = state.into_inner();
-            let body = futures::stream::unfold(Some((bytes, held)), move |left| {
-                let state = state.clone();
-                async move {
-                    let (bytes, held) = left?;
-                    if bytes.is_empty() {
-                        remove(&state, &held);
-                        return None;
-                    }
-                    Some((
-                        Ok::<_, std::io::Error>(bytes),
-                        Some((bytes::Bytes::new(), held)),
-                    ))
-                }
-            });
+            npz::shape(&exports, padding)?;
+            drop(exports);
+            let body = npz_body(state.into_inner(), held, padding, delete);
             Ok(HttpResponse::Ok()
                 .content_type("application/octet-stream")
                 .insert_header(("content-disposition", "attachment; filename=\"export.npz\""))
                 .streaming(body))
+        }
+    }
+}
+
+/// Chunks of the `.npz` in flight between the thread writing it and the connection.
+const NPZ_CHUNKS_IN_FLIGHT: usize = 4;
+/// Bytes per chunk.
+const NPZ_CHUNK: usize = 256 * 1024;
+
+/// The `.npz` of the `held` sessions, written on a blocking thread as the connection takes it
+/// (a few chunks ahead, never whole in memory). The sessions stay locked until the file has
+/// been handed over; with `delete` they are removed only then, and not at all if the client
+/// hangs up first.
+fn npz_body(
+    state: Arc<AppState>,
+    held: Vec<Held>,
+    padding: Padding,
+    delete: bool,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    let (chunks, received) = tokio::sync::mpsc::channel(NPZ_CHUNKS_IN_FLIGHT);
+    let writer = tokio::task::spawn_blocking(move || {
+        let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
+        let out = ChunkWriter {
+            chunks,
+            pending: Vec::with_capacity(NPZ_CHUNK),
+        };
+        let written = npz::write(&exports, padding, out);
+        drop(exports);
+        written.map(|()| held)
+    });
+    futures::stream::unfold((received, Some(writer)), move |(mut received, writer)| {
+        let state = state.clone();
+        async move {
+            if let Some(chunk) = received.recv().await {
+                return Some((Ok(chunk), (received, writer)));
+            }
+            // Every chunk is out: the writer has ended, well or not.
+            let held = match writer?.await {
+                Ok(Ok(held)) => held,
+                Ok(Err(error)) => {
+                    return Some((Err(std::io::Error::other(error)), (received, None)));
+                }
+                Err(error) => return Some((Err(std::io::Error::other(error)), (received, None))),
+            };
+            if delete {
+                remove(&state, &held);
+            }
+            None
+        }
+    })
+}
+
+/// A `Write` that sends what is written as chunks to the connection, blocking while the
+/// connection is behind; fails once the connection is gone.
+struct ChunkWriter {
+    chunks: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    pending: Vec<u8>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(NPZ_CHUNK));
+        self.chunks
+            .blocking_send(bytes::Bytes::from(chunk))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= NPZ_CHUNK {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self.pending.is_empty() {
+            true => Ok(()),
+            false => self.send(),
         }
     }
 }
