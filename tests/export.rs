@@ -461,3 +461,34 @@ async fn jsonl_lines_say_which_message_each_token_came_from() {
     );
     assert_eq!(spans[2]["end"], tokens.len());
 }
+
+#[tokio::test]
+async fn a_slow_npz_reader_holds_up_no_turn_and_gets_the_whole_file() {
+    let proxy = Proxy::atropos();
+    // About 13 MB of arrays: more than the connection and the export's own buffers hold.
+    let prompt: String = "abcd".repeat(1024);
+    let mut sessions = Vec::new();
+    for _ in 0..200 {
+        let uuid = proxy.session(json!({})).await;
+        let body = json!({"messages": [{"role": "user", "content": prompt}]});
+        let (status, _) = proxy.turn(&uuid, Sample::stop(chars("ok")), body).await;
+        assert_eq!(status, 200);
+        sessions.push(uuid);
+    }
+    let response = reqwest::get(format!("{}/export?format=npz", proxy.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The body is not read yet: a turn on an exported session goes on regardless.
+    let next = json!({"messages": [{"role": "user", "content": "again"}]});
+    let turn = proxy.turn(&sessions[0], Sample::stop(chars("on")), next);
+    let (status, _) = tokio::time::timeout(std::time::Duration::from_secs(10), turn)
+        .await
+        .expect("the turn waited for the export");
+    assert_eq!(status, 200);
+    let bytes = response.bytes().await.unwrap();
+    assert!(bytes.len() > 12_000_000, "{} bytes", bytes.len());
+    // The file ends with the zip's end-of-central-directory record.
+    let end = &bytes[bytes.len() - 22..];
+    assert_eq!(&end[..4], b"PK\x05\x06");
+}

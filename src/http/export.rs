@@ -11,7 +11,7 @@ use super::{ApiError, AppState};
 use crate::export::atif::{self, AtifContext};
 use crate::export::npz::Padding;
 use crate::export::{ExportError, Selection, SessionExport, jsonl, npz, parse_time};
-use crate::session::{Session, SessionState};
+use crate::session::{Node, Session, SessionState};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -115,11 +115,20 @@ pub async fn export(
             let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
             npz::shape(&exports, padding)?;
             drop(exports);
-            let body = npz_body(state.into_inner(), held, padding, delete);
+            // Without `delete` the nodes are copied (ids packed: far smaller than the file) and
+            // the sessions unlocked at once, so their rollouts go on while a slow client reads.
+            let rows = match delete {
+                true => Rows::Locked(held),
+                false => Rows::Copied(
+                    held.into_iter()
+                        .map(|(session, guard)| (session, guard.nodes.clone()))
+                        .collect(),
+                ),
+            };
             Ok(HttpResponse::Ok()
                 .content_type("application/octet-stream")
                 .insert_header(("content-disposition", "attachment; filename=\"export.npz\""))
-                .streaming(body))
+                .streaming(npz_body(state.into_inner(), rows, padding)))
         }
     }
 }
@@ -129,26 +138,46 @@ const NPZ_CHUNKS_IN_FLIGHT: usize = 4;
 /// Bytes per chunk.
 const NPZ_CHUNK: usize = 256 * 1024;
 
-/// The `.npz` of the `held` sessions, written on a blocking thread as the connection takes it
-/// (a few chunks ahead, never whole in memory). The sessions stay locked until the file has
-/// been handed over; with `delete` they are removed only then, and not at all if the client
-/// hangs up first.
+/// The sessions an `.npz` is written from.
+enum Rows {
+    /// Locked until the file has been handed over, then removed (`delete=true`).
+    Locked(Vec<Held>),
+    /// Their nodes, copied.
+    Copied(Vec<(Arc<Session>, Vec<Node>)>),
+}
+
+impl Rows {
+    fn exports(&self) -> Vec<SessionExport<'_>> {
+        match self {
+            Self::Locked(held) => held.iter().map(|(s, g)| exported(s, g)).collect(),
+            Self::Copied(copied) => copied
+                .iter()
+                .map(|(session, nodes)| SessionExport {
+                    session,
+                    nodes,
+                    completions: &[],
+                    reward: session.reward(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The `.npz` of `rows`, written on a blocking thread as the connection takes it (a few chunks
+/// ahead, never whole in memory). Locked sessions are removed once the file has been handed
+/// over, and not at all if the client hangs up first.
 fn npz_body(
     state: Arc<AppState>,
-    held: Vec<Held>,
+    rows: Rows,
     padding: Padding,
-    delete: bool,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
     let (chunks, received) = tokio::sync::mpsc::channel(NPZ_CHUNKS_IN_FLIGHT);
     let writer = tokio::task::spawn_blocking(move || {
-        let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
         let out = ChunkWriter {
             chunks,
             pending: Vec::with_capacity(NPZ_CHUNK),
         };
-        let written = npz::write(&exports, padding, out);
-        drop(exports);
-        written.map(|()| held)
+        npz::write(&rows.exports(), padding, out).map(|()| rows)
     });
     futures::stream::unfold((received, Some(writer)), move |(mut received, writer)| {
         let state = state.clone();
@@ -157,17 +186,16 @@ fn npz_body(
                 return Some((Ok(chunk), (received, writer)));
             }
             // Every chunk is out: the writer has ended, well or not.
-            let held = match writer?.await {
-                Ok(Ok(held)) => held,
-                Ok(Err(error)) => {
-                    return Some((Err(std::io::Error::other(error)), (received, None)));
+            let failure = match writer?.await {
+                Ok(Ok(Rows::Locked(held))) => {
+                    remove(&state, &held);
+                    return None;
                 }
-                Err(error) => return Some((Err(std::io::Error::other(error)), (received, None))),
+                Ok(Ok(Rows::Copied(_))) => return None,
+                Ok(Err(error)) => std::io::Error::other(error),
+                Err(error) => std::io::Error::other(error),
             };
-            if delete {
-                remove(&state, &held);
-            }
-            None
+            Some((Err(failure), (received, None)))
         }
     })
 }
