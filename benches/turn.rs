@@ -19,7 +19,7 @@ use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
 use rollout_proxy::turn::segments::Placeholders;
-use rollout_proxy::turn::{ChoiceOutput, Reply, TurnContext, commit, prepare};
+use rollout_proxy::turn::{ChoiceOutput, Plan, Reply, TurnContext, commit, prepare};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +32,24 @@ fn context() -> TurnContext {
         placeholders: Placeholders::new(),
         generation_prompts: Default::default(),
     }
+}
+
+/// The prompt that extends `state` for `req`, as the pipeline plans it.
+fn plan_turn(
+    ctx: &TurnContext,
+    state: &SessionState,
+    req: &ChatRequest,
+    metrics: &Metrics,
+) -> Plan {
+    prepare(
+        ctx,
+        state,
+        req,
+        HistoryMode::Sampled,
+        &HermesParser,
+        metrics,
+    )
+    .unwrap()
 }
 
 fn request(messages: &[Value]) -> ChatRequest {
@@ -52,15 +70,7 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
     let mut turn = 0;
     loop {
         messages.push(json!({"role": "user", "content": format!("question {turn}: {filler}")}));
-        let plan = prepare(
-            ctx,
-            &state,
-            &request(&messages),
-            HistoryMode::Sampled,
-            &HermesParser,
-            &Metrics::default(),
-        )
-        .unwrap();
+        let plan = plan_turn(ctx, &state, &request(&messages), &Metrics::default());
         let generation =
             Generation::new(answer.clone(), vec![-0.5; answer.len()], FinishReason::Stop);
         let choice = ChoiceOutput {
@@ -90,32 +100,14 @@ fn bench_turn(c: &mut Criterion) {
     for target in [1_000usize, 8_000, 32_000] {
         let (state, messages) = session_with_history(&ctx, target);
         let req = request(&messages);
-        let plan = prepare(
-            &ctx,
-            &state,
-            &req,
-            HistoryMode::Sampled,
-            &HermesParser,
-            &metrics,
-        )
-        .unwrap();
+        let plan = plan_turn(&ctx, &state, &req, &metrics);
         assert!(matches!(
             plan.base,
             rollout_proxy::turn::Base::Extend { .. }
         ));
         let id = format!("{}_tokens", state.nodes[0].len());
         group.bench_with_input(BenchmarkId::from_parameter(id), &req, |b, req| {
-            b.iter(|| {
-                prepare(
-                    &ctx,
-                    &state,
-                    req,
-                    HistoryMode::Sampled,
-                    &HermesParser,
-                    &metrics,
-                )
-                .unwrap()
-            })
+            b.iter(|| plan_turn(&ctx, &state, req, &metrics))
         });
     }
     group.finish();
@@ -133,15 +125,7 @@ fn bench_pipeline(c: &mut Criterion) {
             b.iter(|| {
                 let parsed: ChatCompletionBody = serde_json::from_slice(body).unwrap();
                 let req = ChatRequest::from_body(parsed, Some(256)).unwrap();
-                let plan = prepare(
-                    &ctx,
-                    &state,
-                    &req,
-                    HistoryMode::Sampled,
-                    &HermesParser,
-                    &metrics,
-                )
-                .unwrap();
+                let plan = plan_turn(&ctx, &state, &req, &metrics);
                 let mut out = Vec::with_capacity(8 * plan.prompt_ids.len());
                 let mut ids = NumberArray::new(&mut out);
                 ids.ids(&plan.prompt_ids);

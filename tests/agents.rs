@@ -25,39 +25,12 @@ struct Clients {
 
 /// The clients named by the environment, else installed (or found) by the script.
 fn clients() -> Clients {
-    let from_env = |name: &str| std::env::var_os(name).map(PathBuf::from);
-    if let (Some(claude), Some(codex), Some(python)) = (
-        from_env("CLAUDE_BIN"),
-        from_env("CODEX_BIN"),
-        from_env("CLIENTS_PYTHON"),
-    ) {
-        return Clients {
-            claude,
-            codex,
-            python,
-        };
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-agents.sh");
-    let output = Command::new(script)
-        .output()
-        .expect("run install-agents.sh");
-    assert!(
-        output.status.success(),
-        "install-agents.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let printed = String::from_utf8(output.stdout).unwrap();
-    let path = |name: &str| {
-        printed
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}=")))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("install-agents.sh printed no {name}"))
-    };
+    let names = ["CLAUDE_BIN", "CODEX_BIN", "CLIENTS_PYTHON"];
+    let mut paths = common::installed("install-agents.sh", &names).into_iter();
     Clients {
-        claude: path("CLAUDE_BIN"),
-        codex: path("CODEX_BIN"),
-        python: path("CLIENTS_PYTHON"),
+        claude: paths.next().unwrap(),
+        codex: paths.next().unwrap(),
+        python: paths.next().unwrap(),
     }
 }
 

@@ -7,6 +7,7 @@ mod common;
 use common::mock_worker::{Reply, Sample};
 use common::{Proxy, assert_openai_error, chars, scratch_dir};
 use serde_json::{Value, json};
+use std::path::PathBuf;
 
 /// A session with `turns` turns (replies "r0", "r1", ...).
 async fn rollout(proxy: &Proxy, turns: usize) -> String {
@@ -247,29 +248,10 @@ print("ok", len(rows))
 
 /// Harbor's validator (scripts/install-atif-validator.sh, which scripts/test.sh runs):
 /// `(python, folder on PYTHONPATH)`.
-fn atif_validator() -> (String, String) {
-    if let (Ok(python), Ok(harbor)) = (std::env::var("ATIF_PYTHON"), std::env::var("ATIF_HARBOR")) {
-        return (python, harbor);
-    }
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/install-atif-validator.sh"
-    );
-    let output = std::process::Command::new(script).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let printed = String::from_utf8(output.stdout).unwrap();
-    let value = |name: &str| {
-        printed
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}=")))
-            .unwrap()
-            .to_string()
-    };
-    (value("ATIF_PYTHON"), value("ATIF_HARBOR"))
+fn atif_validator() -> (PathBuf, PathBuf) {
+    let mut paths =
+        common::installed("install-atif-validator.sh", &["ATIF_PYTHON", "ATIF_HARBOR"]).into_iter();
+    (paths.next().unwrap(), paths.next().unwrap())
 }
 
 #[tokio::test]

@@ -11,34 +11,12 @@ use common::{Proxy, chars, qwen3_proxy};
 use rollout_proxy::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Chromium and playwright-core, from the environment or installed by the script.
 fn browser() -> (PathBuf, PathBuf) {
-    if let (Some(chromium), Some(playwright)) = (
-        std::env::var_os("CHROMIUM_BIN"),
-        std::env::var_os("PLAYWRIGHT_CORE"),
-    ) {
-        return (chromium.into(), playwright.into());
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-browser.sh");
-    let output = Command::new(script)
-        .output()
-        .expect("run install-browser.sh");
-    assert!(
-        output.status.success(),
-        "install-browser.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let printed = String::from_utf8(output.stdout).unwrap();
-    let path = |name: &str| {
-        printed
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}=")))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("install-browser.sh printed no {name}"))
-    };
-    (path("CHROMIUM_BIN"), path("PLAYWRIGHT_CORE"))
+    let mut paths =
+        common::installed("install-browser.sh", &["CHROMIUM_BIN", "PLAYWRIGHT_CORE"]).into_iter();
+    (paths.next().unwrap(), paths.next().unwrap())
 }
 
 /// Runs the driver on `session`; screenshots go to `target/ui-screenshots/{name}/`.

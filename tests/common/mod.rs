@@ -35,6 +35,42 @@ pub fn fixture_model(name: &str) -> PathBuf {
 pub mod llama;
 pub mod mock_worker;
 
+/// The paths `names` of a tool the tests drive: from the environment when every one is set
+/// (as `scripts/test.sh` sets them), else as `script` (in `scripts/`, which installs it into a
+/// cache outside the clone) prints them, one `NAME=path` line each.
+pub fn installed(script: &str, names: &[&str]) -> Vec<PathBuf> {
+    let from_env: Option<Vec<PathBuf>> = names
+        .iter()
+        .map(|name| std::env::var_os(name).map(PathBuf::from))
+        .collect();
+    if let Some(paths) = from_env {
+        return paths;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(script);
+    let output = std::process::Command::new(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).unwrap();
+    names
+        .iter()
+        .map(|name| {
+            printed
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}=")))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("{} printed no {name}", script.display()))
+        })
+        .collect()
+}
+
 /// The environment variable `key` as a number, else `default` (bench sizes).
 pub fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
