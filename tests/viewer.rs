@@ -256,3 +256,28 @@ async fn a_64k_token_node_opens_in_the_viewer() {
     // A generous bound for a shared machine: the page must stay usable, not be fast here.
     assert!(open_ms < 15_000, "{open_ms} ms");
 }
+
+#[tokio::test]
+async fn viewing_a_session_leaves_its_idle_time_alone() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let (status, _) = proxy.turn(&uuid, varied(chars("yes")), body).await;
+    assert_eq!(status, 200);
+    let last_used = || async {
+        let (_, listed) = proxy.get("/sessions").await;
+        listed["sessions"][0]["last_accessed"].as_f64().unwrap()
+    };
+    let tokens = proxy.nodes(&uuid).await[0]["tokens"].clone();
+    let before = last_used().await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let (status, view) = proxy.get(&format!("/{uuid}/view")).await;
+    assert_eq!(status, 200);
+    assert_eq!(view["nodes"][0]["tokens"], tokens);
+    assert_eq!(last_used().await, before, "a look is not a use");
+    let (status, error) = proxy
+        .get("/00000000-0000-4000-8000-000000000000/view")
+        .await;
+    assert_eq!(status, 404);
+    common::assert_openai_error(&error);
+}
