@@ -16,6 +16,9 @@ eval "$(scripts/install-agents.sh)"
 # tests/export.rs checks the ATIF export with Harbor's own validator.
 eval "$(scripts/install-atif-validator.sh)"
 export ATIF_PYTHON ATIF_HARBOR
+# tests/harmony.rs reproduces the gpt-oss golden renders with OpenAI's Harmony library.
+eval "$(scripts/install-harmony-reference.sh)"
+export HARMONY_PYTHON TIKTOKEN_ENCODINGS_BASE
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE

@@ -46,9 +46,18 @@ impl GgufVocab {
 
     /// Ids of `text`, special-token text parsed as the special tokens, no BOS added.
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        let vocab = self.model.vocab();
-        vocab
-            .tokenize(text.as_bytes(), false, true)
+        self.tokenize(text, true)
+    }
+
+    /// Ids of `text`, special-token text read as plain text, no BOS added.
+    pub fn encode_ordinary(&self, text: &str) -> Vec<u32> {
+        self.tokenize(text, false)
+    }
+
+    fn tokenize(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), false, parse_special)
             .into_iter()
             .map(|t| t.0 as u32)
             .collect()

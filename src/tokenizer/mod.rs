@@ -47,6 +47,9 @@ pub struct Tokenizer {
     /// Token bytes by id, for a byte-level vocabulary; built beside start-up (the library
     /// decodes until it is there).
     byte_level: Arc<OnceLock<ByteLevelDecoder>>,
+    /// The same `tokenizer.json` reading special-token text as plain text, made on first use
+    /// (formats that encode message content apart from their markup, as Harmony does).
+    ordinary: OnceLock<Box<tokenizers::Tokenizer>>,
 }
 
 /// Where the vocabulary comes from.
@@ -118,6 +121,7 @@ impl Tokenizer {
             without_normalizer,
             fast,
             byte_level,
+            ordinary: OnceLock::new(),
         }
     }
 
@@ -129,6 +133,7 @@ impl Tokenizer {
             without_normalizer: None,
             fast: None,
             byte_level: Default::default(),
+            ordinary: OnceLock::new(),
         }
     }
 
@@ -153,6 +158,26 @@ impl Tokenizer {
                 .map(|encoding| encoding.get_ids().to_vec())
                 .map_err(error),
             (Vocab::Gguf(vocab), _) => Ok(vocab.encode(text)),
+        }
+    }
+
+    /// Token ids of `text` with special-token text read as plain text (`<|end|>` written in a
+    /// message is the characters, not the token), nothing added.
+    pub fn encode_ordinary(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let error = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
+        match &self.vocab {
+            Vocab::HuggingFace(inner) => {
+                let plain = self.ordinary.get_or_init(|| {
+                    let mut plain = (**inner).clone();
+                    plain.set_encode_special_tokens(true);
+                    Box::new(plain)
+                });
+                plain
+                    .encode_fast(text, false)
+                    .map(|encoding| encoding.get_ids().to_vec())
+                    .map_err(error)
+            }
+            Vocab::Gguf(vocab) => Ok(vocab.encode_ordinary(text)),
         }
     }
 
@@ -415,6 +440,16 @@ mod tests {
             streamed.concat().split_whitespace().collect::<Vec<_>>(),
             ["a", "<tag>", "b"]
         );
+    }
+
+    #[test]
+    fn ordinary_encoding_reads_special_token_text_as_text() {
+        let tokenizer = Tokenizer::from_tokenizer(fixture_tokenizer("qwen3"));
+        let im_end = tokenizer.token_id("<|im_end|>").unwrap();
+        assert_eq!(tokenizer.encode("<|im_end|>").unwrap(), [im_end]);
+        let plain = tokenizer.encode_ordinary("a <|im_end|>").unwrap();
+        assert!(!plain.contains(&im_end));
+        assert_eq!(tokenizer.decode(&plain), "a <|im_end|>");
     }
 
     #[test]
