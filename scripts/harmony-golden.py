@@ -58,6 +58,36 @@ CLOCK = {
     "function": {"name": "get_time", "description": "The current time.", "parameters": {}},
 }
 
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Searches the notes.\nReturns the best matches.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What to look for"},
+                "limit": {"type": "integer", "description": "At most this many", "default": 10},
+                "score": {"type": "number"},
+                "exact": {"type": "boolean", "default": False},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "filters": {"type": "object", "required": ["from"], "properties": {
+                    "from": {"type": "string", "description": "A date"},
+                    "pages": {"type": "array", "items": {"type": "integer"}}}},
+                "mode": {"type": "string", "enum": ["fast", "deep"], "default": "fast"},
+                "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                "nullable": {"type": ["string", "null"]},
+                "anything": {},
+            },
+            "required": ["query"],
+        },
+    },
+}
+EMPTY_OBJECT = {
+    "type": "function",
+    "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}},
+}
+
 
 def call(id_, name, arguments):
     return {"id": id_, "type": "function",
@@ -96,6 +126,8 @@ CONVERSATIONS = {
          "reasoning_content": "A classic will do."},
         {"role": "user", "content": "Why?"},
     ], []),
+    "schema_types": ([{"role": "user", "content": "Find my notes on Rust."}],
+                     [SEARCH, EMPTY_OBJECT]),
     "unicode_and_markup_text": ([
         {"role": "user", "content": "Zürich — 東京? Write <|end|> literally: {\"a\": [1, 2]}"},
     ], []),
@@ -115,6 +147,7 @@ CASES = [
     ("parallel_calls", "parallel_calls", {}, False, True),
     ("two_turns_with_reasoning", "two_turns_with_reasoning", {}, False, True),
     ("two_turns_with_reasoning_keep_analysis", "two_turns_with_reasoning", {}, True, True),
+    ("schema_types", "schema_types", {}, False, True),
     ("unicode_and_markup_text", "unicode_and_markup_text", {}, False, True),
 ]
 

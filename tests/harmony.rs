@@ -1,10 +1,10 @@
-//! gpt-oss and its Harmony format, first step: the golden renders in
-//! `fixtures/harmony/gpt_oss.json` are OpenAI's own Harmony library's (rendered by
-//! `scripts/harmony-golden.py` with `openai-harmony` pinned by
-//! `scripts/install-harmony-reference.sh`, reproduced here byte for byte), and the pinned
-//! gpt-oss tokenizer reads every one back id for id: its markup is the tokenizer's special
-//! tokens, and the text between them encodes to the golden ids with special-token text read as
-//! plain text (Harmony encodes message content apart from its markup).
+//! gpt-oss and its Harmony format: the golden renders in `fixtures/harmony/gpt_oss.json` are
+//! OpenAI's own Harmony library's (rendered by `scripts/harmony-golden.py` with
+//! `openai-harmony` pinned by `scripts/install-harmony-reference.sh`, reproduced here byte for
+//! byte); the pinned gpt-oss tokenizer reads every one back id for id (its markup is the
+//! tokenizer's special tokens; message content is encoded with special-token text as plain
+//! text, as Harmony encodes it); and the bundled `gpt_oss` template renders every case's chat
+//! conversation to the same text and, through the Harmony encoding, the same ids.
 
 mod common;
 
@@ -66,4 +66,43 @@ fn the_gpt_oss_tokenizer_reads_the_golden_renders_id_for_id() {
         }
         assert_eq!(rebuilt, ids, "{name}");
     }
+}
+
+#[test]
+fn the_bundled_gpt_oss_template_renders_the_golden_cases() {
+    use rollout_proxy::template::{RenderRequest, TemplateSpec, json_value, load_template};
+    let dir = fixture_model("gpt_oss");
+    let template = load_template(Some(&TemplateSpec::parse("gpt_oss")), Some(&dir)).unwrap();
+    let tokenizer = Tokenizer::from_path(&dir).unwrap();
+    let golden: Value = serde_json::from_slice(&std::fs::read(golden_path()).unwrap()).unwrap();
+    let mut failures = Vec::new();
+    for case in golden["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let mut kwargs = case["chat_template_kwargs"].as_object().unwrap().clone();
+        kwargs.insert("keep_analysis".into(), case["keep_analysis"].clone());
+        let tools = Some(case["tools"].clone())
+            .filter(|t| !t.as_array().unwrap().is_empty())
+            .map(std::sync::Arc::new);
+        let text = template
+            .render(RenderRequest {
+                messages: &json_value(&case["messages"]),
+                tools: tools.as_ref(),
+                add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+                kwargs: Some(&kwargs),
+            })
+            .unwrap();
+        let expected = case["expected_text"].as_str().unwrap();
+        if text != expected {
+            failures.push(format!(
+                "{name}: text\n  got  {text:?}\n  want {expected:?}"
+            ));
+            continue;
+        }
+        let ids = rollout_proxy::tokenizer::harmony::encode(&tokenizer, &text).unwrap();
+        let want: Vec<u32> = serde_json::from_value(case["expected_ids"].clone()).unwrap();
+        if ids != want {
+            failures.push(format!("{name}: ids differ"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 const BUNDLED: &[(&str, &str)] = &[
     ("chatml", include_str!("../../templates/chatml.jinja")),
     ("hermes", include_str!("../../templates/hermes.jinja")),
+    ("gpt_oss", include_str!("../../templates/gpt_oss.jinja")),
 ];
 
 /// Special-token keys of `tokenizer_config.json` that templates read as variables.
@@ -16,7 +17,7 @@ const SPECIAL_TOKEN_KEYS: &[&str] = &["bos_token", "eos_token", "unk_token", "pa
 /// How the user named a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateSpec {
-    /// A bundled template (`chatml`, `hermes`).
+    /// A bundled template (`chatml`, `hermes`, `gpt_oss`).
     Bundled(String),
     /// A Jinja file, or a model folder whose template is used.
     Path(PathBuf),

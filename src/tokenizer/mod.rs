@@ -8,6 +8,7 @@
 mod byte_level;
 mod fast;
 mod gguf;
+pub mod harmony;
 mod word_cache;
 
 pub use gguf::GgufVocab;
