@@ -1,6 +1,7 @@
 //! `GET /metrics`: what the proxy does, in Prometheus' text format (the `prometheus-client`
 //! crate): turns and tokens by API and backend, time per stage of a turn, node divergences by
-//! reason, failed turns by cause; and, read at scrape time, each backend's health, requests in
+//! reason, failed turns by cause, tool-call markup by format and outcome; and, read at scrape
+//! time, each backend's health, requests in
 //! flight, errors and retries, the live sessions, turns under way and at a backend, and the
 //! journal's size.
 

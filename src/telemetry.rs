@@ -167,7 +167,7 @@ pub fn record_usage(usage: TurnUsage, finish_reasons: impl Iterator<Item = &'sta
 }
 
 /// Marks the current turn span as failed with `cause` (a short machine-readable name).
-pub fn record_failure(cause: &'static str, message: &str) {
+pub fn record_failure(cause: &'static str, message: &dyn std::fmt::Display) {
     if !EXPORTING.load(Ordering::Relaxed) {
         return;
     }

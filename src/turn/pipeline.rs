@@ -248,7 +248,7 @@ impl Pipeline {
     pub(super) fn failed(&self, api: &'static str, error: &TurnError) {
         tracing::debug!(api, cause = error.cause(), %error, "turn failed");
         self.metrics.failure(api, error.cause());
-        telemetry::record_failure(error.cause(), &error.to_string());
+        telemetry::record_failure(error.cause(), error);
     }
 
     /// The span every event of a turn is logged in (its session and API), exported as a
