@@ -7,9 +7,10 @@ use common::mock_worker::{Reply, Sample};
 use common::{Proxy, chars, scratch_dir};
 use serde_json::{Value, json};
 
-/// Every sample of the scrape as `{"name{label=value,...}": value}`, by the Python parser.
-fn parse_with_prometheus_client(text: &str) -> Value {
-    let dir = scratch_dir("metrics-scrape");
+/// Every sample of the scrape as `{"name{label=value,...}": value}`, by the Python parser;
+/// `test` names the scratch folder (tests run at once).
+fn parse_with_prometheus_client(text: &str, test: &str) -> Value {
+    let dir = scratch_dir(&format!("metrics-scrape-{test}"));
     std::fs::write(dir.join("scrape.txt"), text).unwrap();
     let script = r#"
 import json, sys
@@ -64,7 +65,7 @@ async fn metrics_count_turns_tokens_stages_failures_and_backends() {
             .unwrap()
             .starts_with("text/plain; version=0.0.4")
     );
-    let samples = parse_with_prometheus_client(&response.text().await.unwrap());
+    let samples = parse_with_prometheus_client(&response.text().await.unwrap(), "turns");
     let at = |key: &str| samples.get(key).and_then(Value::as_f64).unwrap_or(-1.0);
     let turn = format!("api=chat.completions,backend={backend}");
     assert_eq!(
@@ -189,7 +190,7 @@ async fn tool_call_outcomes_are_counted_per_format() {
         .text()
         .await
         .unwrap();
-    let samples = parse_with_prometheus_client(&text);
+    let samples = parse_with_prometheus_client(&text, "tool-calls");
     for (outcome, count) in [("promoted", 2.0), ("healed", 1.0), ("left_as_text", 1.0)] {
         let key = format!("rollout_tool_calls_total{{outcome={outcome},parser=hermes}}");
         assert_eq!(samples[&key].as_f64(), Some(count), "{key}: {samples}");

@@ -46,6 +46,9 @@ pub fn installed(script: &str, names: &[&str]) -> Vec<PathBuf> {
     if let Some(paths) = from_env {
         return paths;
     }
+    // Tests run at once: one install at a time (the next finds it done).
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("scripts")
         .join(script);
