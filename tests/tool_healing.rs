@@ -39,6 +39,22 @@ async fn turn(proxy: &Proxy, output: &str, extra: Value, length: bool) -> Value 
     data["choices"][0].clone()
 }
 
+/// A streamed "go" turn whose model writes `output`, on a new session made with `session`:
+/// the session, the raw stream and the tool-call deltas.
+async fn stream_turn(proxy: &Proxy, session: Value, output: &str) -> (String, String, Vec<Value>) {
+    let uuid = proxy.session(session).await;
+    proxy.worker.push_sample(Sample::stop(chars(output)));
+    let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()});
+    let (_, raw, events) = proxy.chat_stream(&uuid, body).await;
+    let calls = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    (uuid, raw, calls)
+}
+
 fn calls(choice: &Value) -> Vec<(String, Value)> {
     choice["message"]["tool_calls"]
         .as_array()
@@ -238,19 +254,7 @@ async fn session_formats_xml_and_auto() {
             "{parser}"
         );
         assert_eq!(choice["message"]["content"], "Running.\n");
-        let uuid = proxy.session(json!({"tool_parser": parser})).await;
-        proxy.worker.push_sample(Sample::stop(chars(xml)));
-        let (_, raw, events) = proxy
-            .chat_stream(
-                &uuid,
-                json!({"messages": [{"role": "user", "content": "go"}], "tools": tools()}),
-            )
-            .await;
-        let streamed: Vec<&Value> = events
-            .iter()
-            .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array())
-            .flatten()
-            .collect();
+        let (_, raw, streamed) = stream_turn(&proxy, json!({"tool_parser": parser}), xml).await;
         assert_eq!(streamed.len(), 1, "{raw}");
         assert!(
             !raw.contains("<function=") && !raw.contains("TOOL_CALLS"),
@@ -261,6 +265,47 @@ async fn session_formats_xml_and_auto() {
         .post("/sessions/create", json!({"tool_parser": "klingon"}))
         .await;
     assert_eq!(status, 400);
+}
+
+/// A call written in another tagged format than the session's is promoted too, as healed,
+/// streamed or not (the node keeps the raw text); with healing off it stays text.
+#[tokio::test]
+async fn calls_in_another_format_than_the_sessions_are_healed() {
+    let proxy = Proxy::atropos();
+    let xml = "Listing.\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n</function>";
+    let mistral = r#"[TOOL_CALLS][{"name": "Bash", "arguments": {"command": "pwd"}}]"#;
+    for (text, command) in [(xml, "ls -la"), (mistral, "pwd")] {
+        // The session speaks Hermes (the default).
+        let choice = turn(&proxy, text, json!({}), false).await;
+        assert_eq!(
+            calls(&choice),
+            vec![("Bash".to_string(), json!({"command": command}))],
+            "{text}"
+        );
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        let kept = turn(&proxy, text, json!({"auto_heal_tool_calls": false}), false).await;
+        assert_eq!(kept["message"]["content"], text);
+        assert!(kept["message"].get("tool_calls").is_none_or(Value::is_null));
+    }
+    let (uuid, raw, streamed) = stream_turn(&proxy, json!({}), xml).await;
+    assert_eq!(streamed.len(), 1, "{raw}");
+    assert!(!raw.contains("<function="), "{raw}");
+    // The node's turn says which call came from which format; metrics count it as healed.
+    let node = &proxy.nodes(&uuid).await[0];
+    assert_eq!(
+        node["metadata"]["turns"][0]["healed_calls"],
+        json!([{"id": streamed[0]["id"], "format": "qwen3_coder"}])
+    );
+    let metrics = reqwest::get(format!("{}/metrics", proxy.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"rollout_tool_calls_total{parser="hermes",outcome="healed"} 3"#),
+        "{metrics}"
+    );
 }
 
 const GARBLED: &str =

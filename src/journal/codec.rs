@@ -409,10 +409,30 @@ impl Writer<'_> {
             choice.fingerprints.iter().for_each(|&f| self.u64(f));
             self.str(&choice.backend);
         }
-        // Last, so a record written before keys were journaled reads as unkeyed.
-        if let Some(key) = &record.key {
-            self.str(&key.key);
-            self.u64(key.body_hash);
+        // Last, so a record written before keys were journaled reads as unkeyed; an empty key
+        // stands for none when the healed calls follow.
+        let healed: Vec<(usize, usize, &str)> = record
+            .choices
+            .iter()
+            .enumerate()
+            .flat_map(|(c, choice)| {
+                let calls = choice.tool_calls.iter().enumerate();
+                calls.filter_map(move |(i, call)| Some((c, i, call.healed_from?)))
+            })
+            .collect();
+        if record.key.is_some() || !healed.is_empty() {
+            let key = record.key.as_ref();
+            self.str(key.map_or("", |k| k.key.as_str()));
+            self.u64(key.map_or(0, |k| k.body_hash));
+        }
+        // After the key, so records written before calls were healed across formats read.
+        if !healed.is_empty() {
+            self.u32(healed.len() as u32);
+            for (choice, call, format) in healed {
+                self.u32(choice as u32);
+                self.u32(call as u32);
+                self.str(format);
+            }
         }
     }
 }
@@ -528,9 +548,28 @@ impl<'b> Reader<'b> {
             .collect::<Result<_, _>>()?;
         let nudge = self.opt_string()?.map(|n| intern(&n));
         let track_tree = self.bool()?;
-        let choices = (0..self.len(4)?)
+        let mut choices: Vec<RecordedChoice> = (0..self.len(4)?)
             .map(|_| self.choice())
             .collect::<Result<_, _>>()?;
+        let key = match self.bytes.is_empty() {
+            true => None,
+            false => {
+                let key = self.string()?;
+                let body_hash = self.u64()?;
+                (!key.is_empty()).then_some(TurnKey { key, body_hash })
+            }
+        };
+        if !self.bytes.is_empty() {
+            for _ in 0..self.len(12)? {
+                let (choice, call) = (self.u32()? as usize, self.u32()? as usize);
+                let format = ToolFormat::named(&self.string()?).map_err(|_| Corrupt("format"))?;
+                let call = choices
+                    .get_mut(choice)
+                    .and_then(|c| c.tool_calls.get_mut(call))
+                    .ok_or(Corrupt("healed call"))?;
+                call.healed_from = Some(format.parser().name());
+            }
+        }
         Ok(CommitRecord {
             start,
             new_prompt,
@@ -543,13 +582,7 @@ impl<'b> Reader<'b> {
             },
             track_tree,
             choices,
-            key: match self.bytes.is_empty() {
-                true => None,
-                false => Some(TurnKey {
-                    key: self.string()?,
-                    body_hash: self.u64()?,
-                }),
-            },
+            key,
         })
     }
     fn choice(&mut self) -> Result<RecordedChoice, Corrupt> {
@@ -585,6 +618,7 @@ impl<'b> Reader<'b> {
                     Ok(IssuedToolCall {
                         id: self.string()?,
                         call_hash: self.u64()?,
+                        healed_from: None,
                     })
                 })
                 .collect::<Result<_, Corrupt>>()?,

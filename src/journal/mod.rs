@@ -554,6 +554,8 @@ mod tests {
                 tool_calls: vec![crate::session::IssuedToolCall {
                     id: "toolu_0".into(),
                     call_hash: 9,
+                    // From seed 9 on, healed from another format, keyed or not.
+                    healed_from: (seed >= 9).then_some("qwen3_coder"),
                 }],
                 fingerprints: vec![1, 2],
                 backend: "b".into(),
@@ -589,7 +591,7 @@ mod tests {
 
     #[test]
     fn entries_read_back_as_written() {
-        for seed in [7, 8] {
+        for seed in [7, 8, 9, 10] {
             let entry = Entry::Committed {
                 id: Uuid::new_v4(),
                 record: turn(Some(2), seed),

@@ -14,6 +14,8 @@ pub struct IssuedToolCall {
     pub id: String,
     /// Hash of the name and the arguments as canonical JSON (key order and spacing ignored).
     pub call_hash: u64,
+    /// The format it was written in when not the session's (cross-format healing).
+    pub healed_from: Option<&'static str>,
 }
 
 /// A sampled completion: where its ids live and how to recognise it in a later request.

@@ -14,7 +14,7 @@ pub mod responses;
 mod reward;
 
 pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
-pub use node::{Divergence, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
+pub use node::{Divergence, HealedCall, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
 pub use record::{CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply};
 pub use reward::Reward;
 

@@ -93,6 +93,19 @@ pub struct TurnRecord {
     /// tools, such as `web_search`, that only OpenAI's servers run).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools_left_out: Vec<String>,
+    /// The calls returned although written in another format than the session's
+    /// (cross-format healing), each with that format.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub healed_calls: Vec<HealedCall>,
+}
+
+/// A call promoted from another tool-call format than its session's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealedCall {
+    /// The id it was returned under.
+    pub id: String,
+    /// The format it was written in (`qwen3_coder`, `mistral`, ...).
+    pub format: &'static str,
 }
 
 /// A training sequence.

@@ -3,6 +3,7 @@
 //! with `--data-dir`) keeps it before it is applied, so a restart applies the very same
 //! records and gets the very same session.
 
+use super::node::HealedCall;
 use super::replies::{CommittedTurn, KeySlot, TurnKey};
 use super::responses::StoredResponse;
 use super::{
@@ -189,6 +190,16 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
             nudge: record.labels.nudge,
             api: record.labels.api,
             tools_left_out: record.labels.tools_left_out.clone(),
+            healed_calls: choice
+                .tool_calls
+                .iter()
+                .filter_map(|call| {
+                    Some(HealedCall {
+                        id: call.id.clone(),
+                        format: call.healed_from?,
+                    })
+                })
+                .collect(),
         });
         state.issued_calls += choice.tool_calls.len();
         state.completions.push(CompletionRecord {

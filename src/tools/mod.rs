@@ -6,6 +6,7 @@
 mod auto;
 mod declared;
 mod deepseek;
+mod foreign;
 mod gemma4;
 mod hermes;
 mod llama3;
@@ -39,6 +40,9 @@ pub struct ParsedCall {
     /// The arguments as a JSON object's text: exactly as the model wrote them when it wrote an
     /// object (so they round-trip byte for byte), else as healing built them.
     pub arguments: String,
+    /// The format the call was written in, when it is not the session's (cross-format
+    /// healing: `qwen3_coder` for a `<function=…>` call in a Hermes session).
+    pub healed_from: Option<&'static str>,
 }
 
 /// Model text split into what the user sees and the calls it makes.
@@ -117,14 +121,26 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
 
     /// The text split into content and the calls `promoter` accepts. Promoted markup is removed
     /// exactly; everything else (unpromoted calls included) stays, byte-intact and in order.
+    /// With healing on, calls written in another tagged format are promoted too.
     fn parse(&self, text: &str, promoter: &Promoter) -> ParsedOutput {
-        let found = self.find_calls(text, promoter.heals());
+        let heal = promoter.heals();
+        let own = self.find_calls(text, heal);
         // Only a call that runs to the end of the text can lack its closing markup.
         let end = text.trim_end().len();
-        let strict = (promoter.heals() && found.iter().any(|c| c.span.end >= end))
-            .then(|| self.find_calls(text, false));
+        let strict =
+            (heal && own.iter().any(|c| c.span.end >= end)).then(|| self.find_calls(text, false));
+        let foreign = match heal {
+            true => foreign::calls(self.name(), text, heal, &own),
+            false => Vec::new(),
+        };
+        let mut found: Vec<(&FoundCall, Option<&'static str>)> = own
+            .iter()
+            .map(|call| (call, None))
+            .chain(foreign.iter().map(|(call, format)| (call, Some(*format))))
+            .collect();
+        found.sort_by_key(|(c, _)| (c.span.start, std::cmp::Reverse(c.span.end)));
         let mut parsed = assemble(text, &found, promoter, strict.as_deref());
-        parsed.outcomes.left_as_text += unread_markup(self, text, &found);
+        parsed.outcomes.left_as_text += unread_markup(self, text, &own);
         parsed
     }
 }
@@ -151,11 +167,13 @@ fn unread_markup<P: ToolParser + ?Sized>(parser: &P, text: &str, found: &[FoundC
     unread
 }
 
-/// Removes the promoted calls' markup from `text`. `strict`: the calls found without healing,
-/// when healing may have found more (a promoted call not among them was healed).
-pub fn assemble(
+/// Removes the promoted calls' markup from `text`. `found`: the calls in document order, each
+/// with the format it was written in when not the session's; `strict`: the session format's
+/// calls found without healing, when healing may have found more (a promoted call not among
+/// them was healed).
+fn assemble(
     text: &str,
-    found: &[FoundCall],
+    found: &[(&FoundCall, Option<&'static str>)],
     promoter: &Promoter,
     strict: Option<&[FoundCall]>,
 ) -> ParsedOutput {
@@ -164,7 +182,7 @@ pub fn assemble(
     let mut call_offsets = Vec::new();
     let mut outcomes = CallOutcomes::default();
     let mut cursor = 0;
-    for call in found {
+    for &(call, healed_from) in found {
         if call.span.start < cursor {
             continue;
         }
@@ -173,7 +191,7 @@ pub fn assemble(
             continue;
         };
         let unclosed = strict.is_some_and(|strict| strict.iter().all(|s| s.span != call.span));
-        match unclosed || arguments != call.arguments.trim() {
+        match healed_from.is_some() || unclosed || arguments != call.arguments.trim() {
             true => outcomes.healed += 1,
             false => outcomes.promoted += 1,
         }
@@ -182,6 +200,7 @@ pub fn assemble(
         calls.push(ParsedCall {
             name: call.name.clone(),
             arguments,
+            healed_from,
         });
         cursor = call.span.end;
     }

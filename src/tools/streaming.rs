@@ -46,11 +46,7 @@ impl CallStream {
         let mut pieces = Vec::new();
         loop {
             let markup = self.parser.as_ref().and_then(|p| {
-                let at = p
-                    .signals()
-                    .iter()
-                    .filter_map(|s| self.buffer.find(s))
-                    .min()?;
+                let at = self.signals().filter_map(|s| self.buffer.find(s)).min()?;
                 Some((p.clone(), at))
             });
             let Some((parser, at)) = markup else {
@@ -62,7 +58,7 @@ impl CallStream {
             };
             let before: String = self.buffer.drain(..at).collect();
             push_text(&mut pieces, before);
-            let end = match parser.block_len(&self.buffer) {
+            let end = match self.block_len(parser.as_ref()) {
                 Some(end) => end,
                 // Markup that never closes is not held forever.
                 None if self.buffer.len() > HOLD_LIMIT => self.buffer.len(),
@@ -73,6 +69,27 @@ impl CallStream {
             self.outcomes += parsed.outcomes;
             push_text(&mut pieces, parsed.content.unwrap_or_default());
             pieces.extend(parsed.calls.into_iter().map(Piece::Call));
+        }
+    }
+
+    /// The texts that open a call: the session format's and, with healing on, every other
+    /// tagged format's (cross-format healing).
+    fn signals(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let parser = self.parser.as_deref();
+        let own = parser.into_iter().flat_map(|p| p.signals().iter().copied());
+        let foreign = parser
+            .filter(|_| self.promoter.heals())
+            .into_iter()
+            .flat_map(|p| super::foreign::signals(p.name()));
+        own.chain(foreign)
+    }
+
+    /// The length of the first call in the buffer (which starts with a signal) once its markup
+    /// is complete.
+    fn block_len(&self, parser: &dyn ToolParser) -> Option<usize> {
+        match parser.signals().iter().any(|s| self.buffer.starts_with(s)) {
+            true => parser.block_len(&self.buffer),
+            false => super::foreign::block_len(parser.name(), &self.buffer),
         }
     }
 
@@ -113,9 +130,10 @@ impl CallStream {
         {
             return self.buffer.len() - at;
         }
-        let starts = self.parser.iter().flat_map(|p| p.signals().iter().copied());
-        starts
-            .chain(self.stops.iter().map(String::as_str))
+        let stops = self.stops.iter().map(String::as_str);
+        self.signals()
+            .map(|signal| signal as &str)
+            .chain(stops)
             .map(|signal| {
                 (1..signal.len().min(self.buffer.len() + 1))
                     .rev()

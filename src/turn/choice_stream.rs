@@ -126,6 +126,7 @@ impl<'t> ChoiceStream<'t> {
                         name: call.name,
                         arguments: call.arguments,
                         offset: reply.content.as_ref().map_or(0, String::len),
+                        healed_from: call.healed_from,
                     };
                     let index = reply.tool_calls.len();
                     reply.tool_calls.push(call.clone());

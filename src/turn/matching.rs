@@ -18,6 +18,7 @@ pub fn recognisers(reply: &Reply) -> (Vec<IssuedToolCall>, Vec<u64>) {
         .iter()
         .map(|call| IssuedToolCall {
             id: call.id.clone(),
+            healed_from: call.healed_from,
             call_hash: tool_call_hash(
                 &call.name,
                 &serde_json::from_str(&call.arguments)

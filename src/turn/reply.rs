@@ -55,6 +55,8 @@ pub struct ReturnedCall {
     /// The byte offset in the reply's content at which the call stood (the content before it
     /// came before the call).
     pub offset: usize,
+    /// The format it was written in when not the session's (cross-format healing).
+    pub healed_from: Option<&'static str>,
 }
 
 /// What the client is shown for one sampled choice.
@@ -196,6 +198,7 @@ pub fn shape(
                     name: c.name,
                     arguments: c.arguments,
                     offset,
+                    healed_from: c.healed_from,
                 })
                 .collect();
             (parsed.content, calls)

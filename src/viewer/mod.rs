@@ -239,6 +239,7 @@ mod tests {
             nudge: None,
             api: "chat.completions",
             tools_left_out: Vec::new(),
+            healed_calls: Vec::new(),
         }
     }
 }

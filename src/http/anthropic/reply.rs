@@ -109,6 +109,7 @@ mod tests {
                 name: "Read".into(),
                 arguments: r#"{"path":"a"}"#.into(),
                 offset: 13,
+                healed_from: None,
             }],
             finish: Finish::ToolCalls,
             text: String::new(),

@@ -175,6 +175,7 @@ mod tests {
                 name: "f".into(),
                 arguments: "{\"a\":1}".into(),
                 offset: 0,
+                healed_from: None,
             }],
             finish: Finish::ToolCalls,
             text: String::new(),
