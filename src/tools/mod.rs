@@ -133,16 +133,43 @@ pub trait ToolParser: Send + Sync + std::fmt::Debug {
             true => foreign::calls(self.name(), text, heal, &own),
             false => Vec::new(),
         };
-        let mut found: Vec<(&FoundCall, Option<&'static str>)> = own
-            .iter()
-            .map(|call| (call, None))
-            .chain(foreign.iter().map(|(call, format)| (call, Some(*format))))
-            .collect();
-        found.sort_by_key(|(c, _)| (c.span.start, std::cmp::Reverse(c.span.end)));
+        let found = in_document_order(&own, &foreign);
         let mut parsed = assemble(text, &found, promoter, strict.as_deref());
         parsed.outcomes.left_as_text += unread_markup(self, text, &own);
         parsed
     }
+}
+
+/// Every call in `text`, in document order, each with the format it was written in when not
+/// `parser`'s: the session format's calls and, with `heal`, those written in another tagged
+/// format (what a reply promotes from, before the promotion rules).
+pub fn calls_in_any_format(
+    parser: &dyn ToolParser,
+    text: &str,
+    heal: bool,
+) -> Vec<(FoundCall, Option<&'static str>)> {
+    let own = parser.find_calls(text, heal);
+    let foreign = match heal {
+        true => foreign::calls(parser.name(), text, heal, &own),
+        false => Vec::new(),
+    };
+    in_document_order(&own, &foreign)
+        .into_iter()
+        .map(|(call, format)| (call.clone(), format))
+        .collect()
+}
+
+fn in_document_order<'c>(
+    own: &'c [FoundCall],
+    foreign: &'c [(FoundCall, &'static str)],
+) -> Vec<(&'c FoundCall, Option<&'static str>)> {
+    let mut found: Vec<(&FoundCall, Option<&'static str>)> = own
+        .iter()
+        .map(|call| (call, None))
+        .chain(foreign.iter().map(|(call, format)| (call, Some(*format))))
+        .collect();
+    found.sort_by_key(|(c, _)| (c.span.start, std::cmp::Reverse(c.span.end)));
+    found
 }
 
 /// How many blocks of call markup in `text` no call in `found` covers.

@@ -69,8 +69,11 @@ pub struct CallSpan {
     pub turn: usize,
     /// The function called.
     pub name: String,
-    /// Only healing reads it: its closing markup never came.
+    /// Only healing reads it: its closing markup never came, or it is written in another
+    /// format than the session's.
     pub healed: bool,
+    /// The format it is written in, when not the session's.
+    pub healed_from: Option<&'static str>,
 }
 
 /// The view of `session` whose nodes and divergence reports are given (read under its lock).
@@ -160,17 +163,17 @@ fn calls_in(
     }
     let strict = parser.find_calls(&text, false);
     let position = |byte: usize| sampled.start + starts.partition_point(|&start| start < byte);
-    parser
-        .find_calls(&text, true)
+    crate::tools::calls_in_any_format(parser, &text, true)
         .into_iter()
-        .map(|call| CallSpan {
+        .map(|(call, healed_from)| CallSpan {
             // The position whose text holds the call's first byte.
             start: position(call.span.start + 1)
                 .saturating_sub(1)
                 .max(sampled.start),
             end: position(call.span.end),
             turn: 0,
-            healed: !strict.iter().any(|found| found.span == call.span),
+            healed: healed_from.is_some() || !strict.iter().any(|found| found.span == call.span),
+            healed_from,
             name: call.name,
         })
         .collect()
@@ -198,6 +201,10 @@ mod tests {
         let unclosed = ids("<tool_call>\n{\"name\": \"g\", \"arguments\": {}}");
         let span = node.push_sampled(&unclosed, &vec![-1.0; unclosed.len()]);
         node.turns.push(turn_record(span.start as usize, span));
+        node.push_prompt(&ids("<|im_end|>\n<|im_start|>assistant\n"));
+        let foreign = ids("<function=h><parameter=x>1</parameter></function><|im_end|>");
+        let span = node.push_sampled(&foreign, &vec![-0.5; foreign.len()]);
+        node.turns.push(turn_record(span.start as usize, span));
         let session = crate::session::SessionStore::default()
             .create(SessionOptions::default())
             .unwrap();
@@ -205,7 +212,16 @@ mod tests {
         let node = &view.nodes[0];
         assert_eq!(node.pieces.concat(), tokenizer.decode(&node.tokens));
         let calls = &node.calls;
-        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(
+            (
+                calls[2].name.as_str(),
+                calls[2].healed,
+                calls[2].healed_from
+            ),
+            ("h", true, Some("qwen3_coder"))
+        );
+        assert_eq!(calls[1].healed_from, None);
         let text = |c: &CallSpan| node.pieces[c.start..c.end].concat();
         assert_eq!((text(&calls[0]).as_str(), calls[0].healed), (call, false));
         assert_eq!(
@@ -215,14 +231,14 @@ mod tests {
         assert!(text(&calls[1]).starts_with("<tool_call>"));
         assert_eq!(
             node.logprobs.iter().flatten().count(),
-            sample.len() + unclosed.len()
+            sample.len() + unclosed.len() + foreign.len()
         );
         assert_eq!(
             node.tokens[node.special[0]],
             tokenizer.token_id("<|im_start|>").unwrap()
         );
         let roles: Vec<_> = node.messages.iter().map(|m| m.role).collect();
-        assert_eq!(roles, ["user", "assistant", "assistant"]);
+        assert_eq!(roles, ["user", "assistant", "assistant", "assistant"]);
     }
 
     fn turn_record(prompt_start: usize, span: crate::session::Span) -> TurnRecord {

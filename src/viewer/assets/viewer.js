@@ -179,7 +179,8 @@ function tokenBody(node, points) {
       const call = callAt.get(i);
       if (call) {
         out.push(`<span class="call${call.healed ? " healed" : ""}" data-call="${escapeHtml(call.name)}">` +
-          `<span class="call-tag">${call.healed ? "healed call" : "call"} ${escapeHtml(call.name)}</span>`);
+          `<span class="call-tag">${call.healed ? "healed call" : "call"} ${escapeHtml(call.name)}` +
+          `${call.healed_from ? " (" + escapeHtml(call.healed_from) + ")" : ""}</span>`);
         callEnd = call.end;
       }
       const lp = node.logprobs[i];
