@@ -18,7 +18,6 @@ use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
-use rollout_proxy::turn::segments::Placeholders;
 use rollout_proxy::turn::{ChoiceOutput, Plan, Reply, TurnContext, commit, prepare};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -26,12 +25,10 @@ use std::sync::Arc;
 
 fn context() -> TurnContext {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache/qwen3");
-    TurnContext {
-        template: Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
-        tokenizer: Arc::new(Tokenizer::from_path(&dir).unwrap()),
-        placeholders: Placeholders::new(),
-        generation_prompts: Default::default(),
-    }
+    TurnContext::new(
+        Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
+        Arc::new(Tokenizer::from_path(&dir).unwrap()),
+    )
 }
 
 /// The prompt that extends `state` for `req`, as the pipeline plans it.

@@ -11,7 +11,6 @@ use crate::template::{
     ChatTemplate, TemplateError, TemplateSpec, load_template, template_with_source,
 };
 use crate::tokenizer::{GgufVocab, Tokenizer};
-use crate::turn::segments::Placeholders;
 use crate::turn::{Pipeline, TurnContext};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -216,12 +215,7 @@ impl Settings {
         Ok(AppState {
             model_name: model_name.clone(),
             pipeline: Pipeline {
-                context: TurnContext {
-                    template: Arc::new(template),
-                    tokenizer,
-                    placeholders: Placeholders::new(),
-                    generation_prompts: Default::default(),
-                },
+                context: TurnContext::new(Arc::new(template), tokenizer),
                 backends: Arc::new(
                     Pool::new(self.config.pool.clone(), factory, servers)
                         .with_metrics(metrics.clone()),

@@ -16,7 +16,8 @@ use super::SessionExport;
 use super::messages;
 use crate::session::completion::tool_call_hash;
 use crate::session::{CompletionRecord, Node};
-use crate::tokenizer::Tokenizer;
+use crate::turn::TurnContext;
+use crate::turn::reply::shown_markers;
 use serde_json::{Map, Value, json};
 
 /// The schema version written.
@@ -25,8 +26,8 @@ pub const SCHEMA_VERSION: &str = "ATIF-v1.6";
 /// What the documents are written with.
 #[derive(Debug, Clone, Copy)]
 pub struct AtifContext<'a> {
-    /// Decodes ids into text.
-    pub tokenizer: &'a Tokenizer,
+    /// The model's tokenizer (decodes ids into text) and what its replies look like.
+    pub turn: &'a TurnContext,
     /// The served model's name.
     pub model_name: &'a str,
 }
@@ -53,8 +54,7 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
         .filter_map(|(range, logprobs)| Some((range.start, logprobs?)))
         .collect();
     let parser = session.options.tool_parser.parser();
-    let shown = ctx.tokenizer.special_ids(parser.markers());
-    let messages = messages::segment(node, &tokens, ctx.tokenizer);
+    let messages = messages::segment(node, &tokens, &ctx.turn.tokenizer);
     // Without message headers (a plain-text prompt) the input between turns stays one text.
     let headed = messages.iter().any(|m| m.role != "text");
     let mut steps: Vec<Value> = Vec::new();
@@ -70,9 +70,9 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
             true => messages
                 .iter()
                 .filter(|m| window.contains(&m.start) && m.end <= start)
-                .map(|m| (m.role, messages::content(m, &tokens, ctx.tokenizer)))
+                .map(|m| (m.role, messages::content(m, &tokens, &ctx.turn.tokenizer)))
                 .collect(),
-            false => vec![("text", ctx.tokenizer.decode(&tokens[window]))],
+            false => vec![("text", ctx.turn.tokenizer.decode(&tokens[window]))],
         };
         add_inputs(&mut steps, &mut calling_step, inputs);
         let completion = &tokens[start..end];
@@ -80,16 +80,14 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
             .iter()
             .find(|(at, _)| *at == start)
             .map_or(&[][..], |(_, lp)| *lp);
-        let text = ctx.tokenizer.decode_visible(completion, &shown);
-        let (reasoning, answer) = match session.options.reasoning {
-            true => {
-                let tail = &tokens[start.saturating_sub(4)..start];
-                crate::reasoning::split(
-                    &text,
-                    crate::reasoning::opened_by(&ctx.tokenizer.decode(tail)),
-                )
-            }
-            false => (None, text),
+        let syntax = ctx
+            .turn
+            .reasoning_syntax(session.options.reasoning, &tokens[..start]);
+        let shown = shown_markers(&ctx.turn.tokenizer, parser.as_ref(), syntax);
+        let text = ctx.turn.tokenizer.decode_visible(completion, &shown);
+        let (reasoning, answer) = match syntax {
+            Some(syntax) => crate::reasoning::split(&text, syntax),
+            None => (None, text),
         };
         let issued = node
             .history

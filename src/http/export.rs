@@ -272,7 +272,7 @@ fn lines(
             let written = match atif {
                 true => {
                     let ctx = AtifContext {
-                        tokenizer: &state.pipeline.context.tokenizer,
+                        turn: &state.pipeline.context,
                         model_name: &state.model_name,
                     };
                     atif::write_session(&mut out, &export, ctx)

@@ -6,9 +6,46 @@
 
 use super::{Tokenizer, TokenizerError};
 
-const MESSAGE: &str = "<|message|>";
-const START: &str = "<|start|>";
-const ENDS: [&str; 3] = ["<|end|>", "<|call|>", "<|return|>"];
+/// Opens a message.
+pub const START: &str = "<|start|>";
+/// Ends a message's header: its content follows.
+pub const MESSAGE: &str = "<|message|>";
+/// Names the channel in a header.
+pub const CHANNEL: &str = "<|channel|>";
+/// What ends a message's content: a message, a tool call, the assistant's last message.
+pub const ENDS: [&str; 3] = ["<|end|>", "<|call|>", "<|return|>"];
+/// Every special token of Harmony's markup.
+pub const MARKERS: &[&str] = &[
+    START,
+    CHANNEL,
+    MESSAGE,
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+];
+
+/// Whether the tokenizer's vocabulary is Harmony's (gpt-oss): its markup is special tokens.
+pub fn speaks(tokenizer: &Tokenizer) -> bool {
+    MARKERS.iter().all(|marker| {
+        tokenizer
+            .token_id(marker)
+            .is_some_and(|id| tokenizer.is_special(id))
+    })
+}
+
+/// The length of the end marker `text` starts with, when a sample that ended on `sampled_end`
+/// (itself an end marker) stands before it: a template renders a past message's end as
+/// `<|end|>` where the model sampled `<|return|>` (the library's rule for a past final
+/// answer), or writes its own end after a call it renders as a message.
+pub fn rendered_end_len(sampled_end: &str, text: &str) -> Option<usize> {
+    if !ENDS.contains(&sampled_end) {
+        return None;
+    }
+    ENDS.iter()
+        .find(|end| text.starts_with(*end))
+        .map(|end| end.len())
+}
 
 /// The ids of a rendered Harmony prompt (or a piece of one that starts at a message boundary).
 pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerError> {
@@ -25,16 +62,19 @@ pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerEr
     Ok(ids)
 }
 
+/// The first end marker in `text`: where, and its length.
+pub fn first_end(text: &str) -> Option<(usize, usize)> {
+    ENDS.iter()
+        .filter_map(|end| Some((text.find(end)?, end.len())))
+        .min()
+}
+
 /// Where a message's content ends: at the first end marker that the next message's start, or
 /// the end of the text, follows (an end marker inside the content is followed by more content).
 fn content_end(text: &str) -> usize {
     let mut from = 0;
     loop {
-        let next = ENDS
-            .iter()
-            .filter_map(|end| Some((from + text[from..].find(end)?, end.len())))
-            .min();
-        let Some((at, len)) = next else {
+        let Some((at, len)) = first_end(&text[from..]).map(|(at, len)| (from + at, len)) else {
             // An unfinished message: its content runs to the end.
             return text.len();
         };

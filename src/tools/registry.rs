@@ -2,8 +2,8 @@
 //! (which validates the name and lists the choices) and by the fuzz targets.
 
 use super::{
-    AutoParser, DeepSeekV3Parser, Gemma4Parser, HermesParser, Llama3JsonParser, MistralParser,
-    PythonicParser, QwenXmlParser, ToolParser,
+    AutoParser, DeepSeekV3Parser, Gemma4Parser, HarmonyParser, HermesParser, Llama3JsonParser,
+    MistralParser, PythonicParser, QwenXmlParser, ToolParser,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::Arc;
@@ -65,6 +65,11 @@ pub const PARSERS: &[ParserEntry] = &[
         name: "deepseek_v3",
         aliases: &["deepseek"],
         build: || Arc::new(DeepSeekV3Parser),
+    },
+    ParserEntry {
+        name: "harmony",
+        aliases: &["openai", "gpt_oss"],
+        build: || Arc::new(HarmonyParser),
     },
     ParserEntry {
         name: "auto",

@@ -1,11 +1,13 @@
 //! One choice of a streamed turn: its token ids become text, the text is split into reasoning,
 //! content and tool calls, and each piece becomes a [`Delta`].
 
-use super::reply::{CallIds, Finish, Reply, ReturnedCall, cut_at_stop, end_token_text};
+use super::reply::{
+    CallIds, Finish, Reply, ReturnedCall, cut_at_stop, end_token_text, shown_markers,
+};
 use super::stream::Delta;
 use crate::chat::ChatRequest;
 use crate::generation::{FinishReason, Generation, StopMatch};
-use crate::reasoning::{Part, ReasoningStream};
+use crate::reasoning::{Part, ReasoningStream, ReasoningSyntax};
 use crate::tokenizer::{TextStream, Tokenizer};
 use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
@@ -33,15 +35,15 @@ enum Out {
 }
 
 impl<'t> ChoiceStream<'t> {
-    /// `reasoning`: `Some(opened)` when the session returns reasoning separately.
+    /// `reasoning`: how the reply marks reasoning when it is returned apart.
     pub fn new(
         tokenizer: &'t Tokenizer,
         parser: Arc<dyn ToolParser>,
         request: &ChatRequest,
-        reasoning: Option<bool>,
+        reasoning: Option<ReasoningSyntax>,
         backend: Arc<str>,
     ) -> Self {
-        let shown = tokenizer.special_ids(parser.markers());
+        let shown = shown_markers(tokenizer, parser.as_ref(), reasoning);
         Self {
             tokenizer,
             text: tokenizer.text_stream(shown),

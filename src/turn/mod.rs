@@ -45,6 +45,7 @@ pub use text_prompt::{TextPrompt, prepare_text};
 
 use crate::backend::BackendError;
 use crate::generation::Generation;
+use crate::reasoning::ReasoningSyntax;
 use crate::template::{ChatTemplate, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use segments::Placeholders;
@@ -142,6 +143,53 @@ pub struct TurnContext {
     pub placeholders: Placeholders,
     /// Learnt generation prompts, so a turn renders its conversation once.
     pub generation_prompts: Arc<GenerationPrompts>,
+    /// The vocabulary is Harmony's (gpt-oss): prompts are encoded with message content apart
+    /// from markup, replies are split by channel, calls are read as Harmony writes them.
+    pub harmony: bool,
+}
+
+impl TurnContext {
+    /// The pieces for a model with this template and tokenizer.
+    pub fn new(template: Arc<ChatTemplate>, tokenizer: Arc<Tokenizer>) -> Self {
+        Self {
+            harmony: crate::tokenizer::harmony::speaks(&tokenizer),
+            template,
+            tokenizer,
+            placeholders: Placeholders::new(),
+            generation_prompts: Default::default(),
+        }
+    }
+
+    /// The ids of rendered prompt text (or a piece of it that starts at a message boundary).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        match self.harmony {
+            true => crate::tokenizer::harmony::encode(&self.tokenizer, text),
+            false => self.tokenizer.encode(text),
+        }
+    }
+
+    /// How the reply after `prompt` marks its reasoning, when it is returned apart: Harmony's
+    /// channels always; a `<think>` block when the session asks for it (`reasoning`).
+    pub fn reasoning_syntax(&self, reasoning: bool, prompt: &[u32]) -> Option<ReasoningSyntax> {
+        if self.harmony {
+            return Some(ReasoningSyntax::Harmony);
+        }
+        reasoning.then(|| {
+            let tail = &prompt[prompt.len().saturating_sub(4)..];
+            ReasoningSyntax::Think {
+                opened: crate::reasoning::opened_by(&self.tokenizer.decode(tail)),
+            }
+        })
+    }
+
+    /// The tool-call format of a session created without one: Harmony's for a Harmony
+    /// vocabulary, else the registry's default.
+    pub fn default_tool_format(&self) -> crate::tools::ToolFormat {
+        match self.harmony {
+            true => crate::tools::ToolFormat::named("harmony").unwrap_or_default(),
+            false => crate::tools::ToolFormat::default(),
+        }
+    }
 }
 
 /// One sampled choice of a finished turn.

@@ -10,6 +10,7 @@ use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
 use crate::generation::{GenerateRequest, Generation, SamplingParams};
 use crate::metrics::{Metrics, Stage, TurnTokens};
+use crate::reasoning::ReasoningSyntax;
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
 use crate::telemetry::{self, TurnUsage};
@@ -511,13 +512,10 @@ impl Pipeline {
         Ok(params)
     }
 
-    /// `Some(opened)` when the session returns reasoning separately; `opened` says whether the
-    /// prompt itself opened the reasoning block.
-    pub(super) fn reasoning_mode(&self, session: &Session, plan: &Plan) -> Option<bool> {
-        session.options.reasoning.then(|| {
-            let tail = &plan.prompt_ids[plan.prompt_ids.len().saturating_sub(4)..];
-            crate::reasoning::opened_by(&self.context.tokenizer.decode(tail))
-        })
+    /// How the turn's reply marks reasoning, when it is returned apart.
+    pub(super) fn reasoning_mode(&self, session: &Session, plan: &Plan) -> Option<ReasoningSyntax> {
+        self.context
+            .reasoning_syntax(session.options.reasoning, &plan.prompt_ids)
     }
 }
 

@@ -17,7 +17,7 @@
 use super::render::{self, History};
 use super::segments::{exact_check, generation_check, verify};
 use super::{TurnContext, TurnError, matching};
-use crate::chat::{ChatMessage, ChatRequest};
+use crate::chat::{ChatMessage, ChatRequest, Role};
 use crate::metrics::{Metrics, Stage};
 use crate::session::{
     CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
@@ -132,7 +132,7 @@ pub fn prepare(
                     *placeholder += 1;
                     ctx.placeholders.message(*placeholder - 1)
                 }
-                None => unsampled_message(ctx, message, parser),
+                None => unsampled_message(ctx, message, parser, request),
             })
         })
         .collect();
@@ -218,11 +218,11 @@ pub fn prepare(
     let tokenizing = metrics.timed(Stage::Tokenize);
     // The base node ends with completion `first_piece` (none for a new node); everything after
     // it is new prompt: the pieces between sampled turns, tokenized, and the sampled ids.
-    prompt_ids.extend(ctx.tokenizer.encode(pieces[first_piece])?);
+    prompt_ids.extend(ctx.encode_prompt(pieces[first_piece])?);
     for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
         let record = &state.completions[completion];
         state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
-        prompt_ids.extend(ctx.tokenizer.encode(pieces[j + 1])?);
+        prompt_ids.extend(ctx.encode_prompt(pieces[j + 1])?);
     }
     drop(tokenizing);
     let history = history_entries(&sampled, &pieces);
@@ -263,13 +263,17 @@ fn strip_end_tokens<'t>(
     pieces
 }
 
-/// `piece` (the text after `completion`) without the end token `completion` already holds.
+/// `piece` (the text after `completion`) without the end token `completion` already holds,
+/// as the template renders it (Harmony renders a sampled `<|return|>` as `<|end|>`).
 fn strip_end_token<'t>(state: &SessionState, completion: CompletionId, piece: &'t str) -> &'t str {
-    state.completions[completion]
-        .end_token_text
-        .as_deref()
-        .and_then(|end| piece.strip_prefix(end))
-        .unwrap_or(piece)
+    let Some(end) = state.completions[completion].end_token_text.as_deref() else {
+        return piece;
+    };
+    let rendered = match piece.starts_with(end) {
+        true => Some(end.len()),
+        false => crate::tokenizer::harmony::rendered_end_len(end, piece),
+    };
+    rendered.map_or(piece, |len| &piece[len..])
 }
 
 /// The node whose completions are exactly `sampled[..m]` for the largest `m`, and whose text
@@ -332,7 +336,11 @@ fn render_raw(
     let raw: Vec<TemplateValue> = messages
         .iter()
         .zip(matched)
-        .map(|(message, completion)| match completion {
+        .zip(&request.messages)
+        .map(|((message, completion), sent)| match completion {
+            // Harmony's channel markup cannot stand as content: the template renders the
+            // message as the client sent it back (content, reasoning and calls).
+            Some(_) if ctx.harmony => sent.to_template_value(),
             Some(completion) => assistant_value(&raw_text(ctx, state, *completion)),
             None => message.clone(),
         })
@@ -393,7 +401,7 @@ fn template_mode_plan(
         let node_text = ctx.tokenizer.decode(&node_ids);
         if let Some(rest) = faithful.strip_prefix(node_text.as_str()) {
             let mut prompt_ids = node_ids;
-            prompt_ids.extend(ctx.tokenizer.encode(rest)?);
+            prompt_ids.extend(ctx.encode_prompt(rest)?);
             return Ok(Plan {
                 prompt_ids,
                 base: Base::Extend { node: n },
@@ -419,7 +427,7 @@ fn template_mode_plan(
         });
     }
     Ok(Plan {
-        prompt_ids: ctx.tokenizer.encode(&faithful)?,
+        prompt_ids: ctx.encode_prompt(&faithful)?,
         base: Base::New { divergence },
         base_len: 0,
         history,
@@ -435,7 +443,13 @@ fn unsampled_message(
     ctx: &TurnContext,
     message: &ChatMessage,
     parser: &dyn ToolParser,
+    request: &ChatRequest,
 ) -> TemplateValue {
+    if ctx.harmony
+        && let Some(named) = with_function_name(message, &request.messages)
+    {
+        return named.to_template_value();
+    }
     if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
         return message.to_template_value();
     }
@@ -463,6 +477,25 @@ fn unsampled_message(
     .to_template_value()
 }
 
+/// A tool result without a `name`, given the name of the call it answers: Harmony writes a
+/// result as a message from `functions.NAME`, and a sampled call stands in the render as a
+/// placeholder whose calls the template cannot see.
+fn with_function_name(message: &ChatMessage, messages: &[ChatMessage]) -> Option<ChatMessage> {
+    if message.role != Role::Tool || message.extra.contains_key("name") {
+        return None;
+    }
+    let id = message.extra.get("tool_call_id")?.as_str()?;
+    let call = messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .find(|call| call.id == id)?;
+    let mut named = message.clone();
+    named
+        .extra
+        .insert("name".into(), Value::String(call.name.clone()));
+    Some(named)
+}
+
 /// The template did not reproduce every placeholder once and in order (it dropped, reordered or
 /// altered a sampled turn): tokenize its own rendering as a new node and say so.
 fn faithful_fallback(
@@ -476,7 +509,7 @@ fn faithful_fallback(
     let text = render_raw(ctx, state, request, messages, matched)?;
     let empty_pieces = vec![""; sampled.len()];
     Ok(Plan {
-        prompt_ids: ctx.tokenizer.encode(&text)?,
+        prompt_ids: ctx.encode_prompt(&text)?,
         base: Base::New {
             divergence: Some(Divergence {
                 reason: "template_altered_sampled_turn",

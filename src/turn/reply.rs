@@ -4,6 +4,7 @@
 
 use crate::chat::ChatRequest;
 use crate::generation::{FinishReason, Generation, StopMatch};
+use crate::reasoning::ReasoningSyntax;
 use crate::tokenizer::Tokenizer;
 use crate::tools::{CallOutcomes, ToolParser};
 
@@ -157,22 +158,36 @@ pub fn visible_text(
     (text, end_token_text(tokenizer, generation))
 }
 
+/// The special tokens a reply's text keeps: the tool format's markers and those the reasoning
+/// split reads.
+pub fn shown_markers(
+    tokenizer: &Tokenizer,
+    parser: &dyn ToolParser,
+    reasoning: Option<ReasoningSyntax>,
+) -> Vec<u32> {
+    let mut shown = tokenizer.special_ids(parser.markers());
+    if let Some(syntax) = reasoning {
+        shown.extend(tokenizer.special_ids(syntax.markers()));
+    }
+    shown
+}
+
 /// Shapes one choice: parses tool calls when tools are callable.
 ///
-/// `reasoning`: `Some(opened)` when the session returns reasoning separately (`opened`: the
-/// prompt opened the block); tool calls are only looked for in the content after it.
+/// `reasoning`: how the reply marks reasoning when it is returned apart; tool calls are only
+/// looked for in the rest.
 pub fn shape(
     tokenizer: &Tokenizer,
     parser: &dyn ToolParser,
     request: &ChatRequest,
     generation: &Generation,
-    reasoning: Option<bool>,
+    reasoning: Option<ReasoningSyntax>,
     ids: &mut CallIds,
 ) -> Reply {
-    let shown = tokenizer.special_ids(parser.markers());
+    let shown = shown_markers(tokenizer, parser, reasoning);
     let (text, end_token_text) = visible_text(tokenizer, generation, &shown);
     let (reasoning, answer) = match reasoning {
-        Some(opened) => crate::reasoning::split(&text, opened),
+        Some(syntax) => crate::reasoning::split(&text, syntax),
         None => (None, text.clone()),
     };
     let promoter = request.promoter();

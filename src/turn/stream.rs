@@ -225,8 +225,8 @@ struct StreamedTurn {
     request: ChatRequest,
     plan: Plan,
     sender: mpsc::Sender<TurnEvent>,
-    /// `Some(opened)` when reasoning is returned separately.
-    reasoning: Option<bool>,
+    /// How the reply marks reasoning, when it is returned apart.
+    reasoning: Option<crate::reasoning::ReasoningSyntax>,
     calls: CallIds,
     /// The turn was recorded before (a retry): its streams replay the record.
     recorded: bool,

@@ -48,7 +48,7 @@ pub fn prepare_text(
             TextPrompt::Ids(ids) => ids.strip_prefix(node_ids.as_slice()).map(<[u32]>::to_vec),
             TextPrompt::Text(text) => {
                 match text.strip_prefix(tokenizer.decode(&node_ids).as_str()) {
-                    Some(rest) => Some(tokenizer.encode(rest)?),
+                    Some(rest) => Some(ctx.encode_prompt(rest)?),
                     None => None,
                 }
             }
@@ -72,7 +72,7 @@ pub fn prepare_text(
         None => {
             let ids = match prompt {
                 TextPrompt::Ids(ids) => ids.clone(),
-                TextPrompt::Text(text) => tokenizer.encode(text)?,
+                TextPrompt::Text(text) => ctx.encode_prompt(text)?,
             };
             (Base::New { divergence: None }, 0, ids, Vec::new())
         }

@@ -1,5 +1,6 @@
-//! Reasoning blocks: `<think>…</think>` text is returned as `reasoning_content` (streamed as
-//! `delta.reasoning_content`) when the session asks for it. The node keeps the raw tokens.
+//! `<think>…</think>` reasoning blocks (Qwen3, DeepSeek-R1, …).
+
+use super::{Part, non_empty};
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
@@ -29,18 +30,9 @@ pub fn split(text: &str, opened: bool) -> (Option<String>, String) {
     }
 }
 
-/// Which part of the reply a streamed piece belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
-    /// Text inside the reasoning block.
-    Reasoning(String),
-    /// Text after it.
-    Content(String),
-}
-
 /// [`split`] for a stream: text is routed as soon as its part is known.
 #[derive(Debug, Default)]
-pub struct ReasoningStream {
+pub struct ThinkStream {
     buffer: String,
     /// `None` until the start of the reply showed whether it opens a block.
     in_reasoning: Option<bool>,
@@ -52,7 +44,7 @@ pub struct ReasoningStream {
     opened: bool,
 }
 
-impl ReasoningStream {
+impl ThinkStream {
     /// A splitter for a reply whose prompt did (`opened`) or did not open a block.
     pub fn new(opened: bool) -> Self {
         Self {
@@ -141,15 +133,9 @@ impl ReasoningStream {
     }
 }
 
-fn non_empty(part: Part) -> Vec<Part> {
-    match &part {
-        Part::Reasoning(t) | Part::Content(t) if t.is_empty() => Vec::new(),
-        _ => vec![part],
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::ReasoningSyntax;
     use super::*;
 
     #[test]
@@ -172,21 +158,6 @@ mod tests {
         assert!(opened_by("<|Assistant|><think>\n"));
     }
 
-    fn run(chunks: &[&str], opened: bool) -> (String, String) {
-        let mut stream = ReasoningStream::new(opened);
-        let mut parts: Vec<Part> = chunks.iter().flat_map(|c| stream.push(c)).collect();
-        parts.extend(stream.finish());
-        let mut reasoning = String::new();
-        let mut content = String::new();
-        for part in parts {
-            match part {
-                Part::Reasoning(t) => reasoning.push_str(&t),
-                Part::Content(t) => content.push_str(&t),
-            }
-        }
-        (reasoning, content)
-    }
-
     #[test]
     fn streamed_split_matches_the_whole_split() {
         let texts = [
@@ -199,16 +170,11 @@ mod tests {
         for opened in [false, true] {
             for text in texts {
                 for size in 1..5 {
-                    let chunks: Vec<String> = text
-                        .chars()
-                        .collect::<Vec<_>>()
-                        .chunks(size)
-                        .map(|c| c.iter().collect())
-                        .collect();
-                    let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
                     let (reasoning, content) = split(text, opened);
+                    let streamed =
+                        super::super::streamed(ReasoningSyntax::Think { opened }, text, size);
                     assert_eq!(
-                        run(&refs, opened),
+                        (streamed.0.unwrap_or_default(), streamed.1),
                         (reasoning.unwrap_or_default(), content),
                         "{text:?} in chunks of {size}, opened {opened}"
                     );
