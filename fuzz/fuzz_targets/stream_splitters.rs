@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rollout_proxy::reasoning::{Part, ReasoningStream, split};
+use rollout_proxy::reasoning::{Part, ReasoningStream, ReasoningSyntax, split};
 use rollout_proxy::tools::streaming::{CallStream, Piece};
 use rollout_proxy::tools::registry::PARSERS;
 use rollout_proxy::tools::{DeclaredTools, Promoter};
@@ -38,8 +38,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    for opened in [false, true] {
-        let mut stream = ReasoningStream::new(opened);
+    for syntax in [
+        ReasoningSyntax::Think { opened: false },
+        ReasoningSyntax::Think { opened: true },
+        ReasoningSyntax::Harmony,
+    ] {
+        let mut stream = ReasoningStream::new(syntax);
         let mut parts: Vec<Part> = chunks.iter().flat_map(|c| stream.push(c)).collect();
         parts.extend(stream.finish());
         let (mut reasoning, mut content) = (String::new(), String::new());
@@ -49,7 +53,11 @@ fuzz_target!(|data: &[u8]| {
                 Part::Content(t) => content.push_str(&t),
             }
         }
-        let (whole_reasoning, whole_content) = split(&text, opened);
-        assert_eq!((reasoning, content), (whole_reasoning.unwrap_or_default(), whole_content));
+        let (whole_reasoning, whole_content) = split(&text, syntax);
+        assert_eq!(
+            (reasoning, content),
+            (whole_reasoning.unwrap_or_default(), whole_content),
+            "{syntax:?}"
+        );
     }
 });

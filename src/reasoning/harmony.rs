@@ -92,19 +92,21 @@ impl ChannelStream {
     fn read_header(&mut self, parts: &mut Vec<Part>) -> bool {
         let message = self.buffer.find(MESSAGE);
         let end = first_end(&self.buffer).map(|(at, _)| at);
-        let Some(at) = message.filter(|&at| end.is_none_or(|end| at < end)) else {
-            if end.is_some() || self.buffer.len() > HEADER_LIMIT {
+        let header = |at: usize| at <= HEADER_LIMIT && end.is_none_or(|end| at < end);
+        let Some(at) = message.filter(|&at| header(at)) else {
+            // Past the limit, a `<|message|>` would already be whole in the buffer.
+            if end.is_some() || self.buffer.len() > HEADER_LIMIT + MESSAGE.len() {
                 // No header at all: the model wrote plain text.
                 self.state = State::Body(Kind::Content);
                 return true;
             }
             return false;
         };
-        let header = self.buffer[..at].to_string();
-        self.buffer.drain(..at + MESSAGE.len());
-        let kind = kind_of(&header);
+        let header: String = self.buffer.drain(..at + MESSAGE.len()).collect();
+        let header = &header[..at];
+        let kind = kind_of(header);
         if kind == Kind::Call {
-            let header = header.strip_prefix(START).unwrap_or(&header);
+            let header = header.strip_prefix(START).unwrap_or(header);
             let header = header.strip_prefix("assistant").unwrap_or(header);
             parts.push(Part::Content(format!("{START}assistant{header}{MESSAGE}")));
         }
@@ -180,6 +182,7 @@ fn partial_end_len(text: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::{ReasoningSyntax, split, streamed};
+    use super::HEADER_LIMIT;
 
     const ANSWER: &str = "<|channel|>analysis<|message|>User asks 2+2.<|end|>\
         <|start|>assistant<|channel|>final<|message|>It is 4.<|return|>";
@@ -231,11 +234,13 @@ mod tests {
 
     #[test]
     fn streamed_split_matches_the_whole_split() {
+        let long = format!("{}<|message|>x", "y".repeat(HEADER_LIMIT + 3));
         let texts = [
             ANSWER,
             CALL,
             "no header",
             "<|channel|>final<|message|>a <| b<|return|>",
+            &long,
         ];
         for text in texts {
             for size in 1..7 {
