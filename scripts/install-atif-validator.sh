@@ -6,6 +6,7 @@
 #
 #   ROLLOUT_PROXY_ATIF_DIR   where they are kept (default ~/.cache/rollout-proxy/atif)
 set -euo pipefail
+. "$(dirname "$0")/lib/pinned-wheel.sh"
 
 harbor=0.26.0
 harbor_sha=b7c752c5b51ae2ee1fc2ea30621493c7dc0b5a3d0157295bed4552115027baee
@@ -22,14 +23,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   print_paths
   exit 0
 fi
-rm -rf "$dir/wheel" "$dir/harbor"
-mkdir -p "$dir/wheel"
-echo "fetching harbor==$harbor (its ATIF validator) and pydantic==$pydantic" >&2
+rm -rf "$dir/harbor"
 # The wheel declares Python 3.12; its validator runs on 3.11 too (it imports pydantic only).
-pip download --quiet "harbor==$harbor" --no-deps --python-version 3.12 --only-binary=:all: \
-  -d "$dir/wheel" >&2
-wheel="$dir/wheel/harbor-$harbor-py3-none-any.whl"
-echo "$harbor_sha  $wheel" | sha256sum -c --quiet - >&2
+wheel=$(pinned_wheel harbor "$harbor" "$harbor_sha" "$dir" --python-version 3.12)
 python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
   "$wheel" "$dir/harbor"
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"

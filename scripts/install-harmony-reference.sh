@@ -7,6 +7,7 @@
 #
 #   ROLLOUT_PROXY_HARMONY_DIR   where they are kept (default ~/.cache/rollout-proxy/harmony)
 set -euo pipefail
+. "$(dirname "$0")/lib/pinned-wheel.sh"
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 harmony=0.0.8
@@ -26,12 +27,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f "$dir/encodings/o2
 fi
 tokenizer="$here/fixtures/cache/gpt_oss/tokenizer.json"
 [ -f "$tokenizer" ] || "$here/scripts/fetch-fixtures.sh"
-rm -rf "$dir/wheel"
-mkdir -p "$dir/wheel"
-echo "fetching openai-harmony==$harmony and pydantic==$pydantic" >&2
-pip download --quiet "openai-harmony==$harmony" --no-deps --only-binary=:all: -d "$dir/wheel" >&2
-wheel=$(ls "$dir"/wheel/openai_harmony-"$harmony"-*.whl)
-echo "$harmony_sha  $wheel" | sha256sum -c --quiet - >&2
+wheel=$(pinned_wheel openai-harmony "$harmony" "$harmony_sha" "$dir")
 [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"
 "$dir/venv/bin/pip" install --quiet "pydantic==$pydantic" "$wheel" >&2
 python3 "$here/scripts/build-o200k-tiktoken.py" "$tokenizer" "$dir/encodings"

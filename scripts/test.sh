@@ -19,6 +19,9 @@ export ATIF_PYTHON ATIF_HARBOR
 # tests/harmony.rs reproduces the gpt-oss golden renders with OpenAI's Harmony library.
 eval "$(scripts/install-harmony-reference.sh)"
 export HARMONY_PYTHON TIKTOKEN_ENCODINGS_BASE
+# tests/check_template.rs compares `check-template`'s renders with transformers'.
+eval "$(scripts/install-transformers-reference.sh)"
+export TRANSFORMERS_PYTHON
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE

@@ -25,6 +25,29 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
     /// Number of alternatives to return per position (OpenAI `top_logprobs`), if any.
     pub top_logprobs: Option<u32>,
+    /// What the sample must be (constrained decoding), if anything.
+    #[serde(skip)]
+    pub constraint: Option<Constraint>,
+}
+
+/// What a sample must be, enforced by the backend's constrained decoding
+/// ([`crate::grammar`] builds it from the request).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Constraint {
+    /// A GBNF grammar (a forced tool call).
+    Grammar(String),
+    /// A JSON schema the sample's text must satisfy (`response_format`).
+    JsonSchema(serde_json::Value),
+}
+
+impl Constraint {
+    /// The request option that asked for it, as errors name it.
+    pub fn option(&self) -> &'static str {
+        match self {
+            Self::Grammar(_) => "tool_choice",
+            Self::JsonSchema(_) => "response_format",
+        }
+    }
 }
 
 /// One generation request: `n` samples continuing `prompt`.

@@ -32,10 +32,12 @@
 
 pub mod backend;
 pub mod chat;
+pub mod checker;
 pub mod config;
 pub mod engine;
 pub mod export;
 pub mod generation;
+pub mod grammar;
 pub mod http;
 pub mod journal;
 pub mod json_numbers;

@@ -1,4 +1,4 @@
-//! `rollout-proxy serve`: the command-line entry point.
+//! The command-line entry point: `rollout-proxy serve` and `rollout-proxy check-template`.
 
 use clap::{Parser, Subcommand};
 use rollout_proxy::backend::BackendKind;
@@ -24,7 +24,57 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Check a chat template before a run: does it render, does a session keep one node per
+    /// rollout, where does it rewrite history, which tool-call format does it write. Exits 0
+    /// on pass (and warn), 1 on fail, 2 when the model cannot be loaded.
+    CheckTemplate(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Model folder with tokenizer.json (its template is checked unless --chat-template).
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// The template to check: a bundled name, a .jinja file or a model folder.
+    #[arg(long)]
+    chat_template: Option<String>,
+    /// A Python with `transformers`: every prompt is also rendered by `apply_chat_template`
+    /// and must be the same.
+    #[arg(long)]
+    reference_python: Option<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Exit 1 on warn too.
+    #[arg(long)]
+    strict: bool,
+}
+
+/// Runs `check-template`; returns the exit code.
+fn check_template(args: CheckArgs) -> i32 {
+    let report = rollout_proxy::checker::check_model(
+        &args.tokenizer,
+        args.chat_template.as_deref(),
+        args.reference_python.as_deref(),
+    );
+    match report {
+        Ok(report) if args.json => {
+            match serde_json::to_string_pretty(&report) {
+                Ok(json) => println!("{json}"),
+                Err(error) => eprintln!("error: {error}"),
+            }
+            report.verdict.exit_code(args.strict)
+        }
+        Ok(report) => {
+            print!("{}", report.table());
+            report.verdict.exit_code(args.strict)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            2
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -117,7 +167,10 @@ fn parse_kind(value: &str) -> Result<BackendKind, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     rollout_proxy::memory::limit_arenas();
-    let Command::Serve(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Serve(args) => *args,
+        Command::CheckTemplate(args) => std::process::exit(check_template(args)),
+    };
     let otlp = init_tracing(args.otlp_endpoint.as_deref())?;
     let config = match &args.config {
         Some(path) => ConfigFile::read(path)?,

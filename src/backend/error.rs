@@ -45,6 +45,17 @@ pub enum BackendError {
         /// What was wrong with the reply.
         reason: String,
     },
+    /// The request needs something this backend cannot do (constrained decoding).
+    #[error(
+        "backend {url} cannot enforce '{option}': it has no constrained decoding (use \
+         vLLM, SGLang, llama-server or the in-process engine)"
+    )]
+    Unsupported {
+        /// The backend's base URL.
+        url: String,
+        /// The request option it cannot honour.
+        option: &'static str,
+    },
     /// No backend is configured or available.
     #[error("no backend available: {0}")]
     NoBackend(String),

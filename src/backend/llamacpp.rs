@@ -9,7 +9,9 @@
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{Backend, BackendError, EventStream};
-use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
+use crate::generation::{
+    Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +65,11 @@ impl LlamaCppBackend {
         });
         if let Some(seed) = p.seed {
             body["seed"] = json!(seed);
+        }
+        match &p.constraint {
+            Some(Constraint::Grammar(grammar)) => body["grammar"] = json!(grammar),
+            Some(Constraint::JsonSchema(schema)) => body["json_schema"] = schema.clone(),
+            None => {}
         }
         IdsBody::new("prompt", &request.prompt, body)
     }

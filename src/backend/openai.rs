@@ -101,6 +101,13 @@ impl Backend for OpenAiTextBackend {
     }
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
+        if let Some(constraint) = &request.params.constraint {
+            // An OpenAI-compatible text server's structured-output options vary by vendor.
+            return Err(BackendError::Unsupported {
+                url: self.http.base_url.clone(),
+                option: constraint.option(),
+            });
+        }
         let reply: Value = self
             .http
             .post(&self.root, "/v1/completions", &self.body(request))

@@ -2,7 +2,9 @@
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{Backend, BackendError, EventStream};
-use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
+use crate::generation::{
+    Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
+};
 use async_trait::async_trait;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -38,6 +40,15 @@ impl SglangBackend {
                 min_p: p.min_p,
                 sampling_seed: p.seed,
                 stop: &p.stop,
+                ebnf: match &p.constraint {
+                    Some(Constraint::Grammar(grammar)) => Some(grammar),
+                    _ => None,
+                },
+                // SGLang takes the schema as JSON text.
+                json_schema: match &p.constraint {
+                    Some(Constraint::JsonSchema(schema)) => Some(schema.to_string()),
+                    _ => None,
+                },
             },
             return_logprob: true,
             logprob_start_len: -1,
@@ -139,6 +150,10 @@ struct SamplingFields<'r> {
     sampling_seed: Option<i64>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop: &'r [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ebnf: Option<&'r String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    json_schema: Option<String>,
 }
 
 /// The outputs of `/generate`: one object, or an array of them when `n` > 1.
@@ -407,12 +422,19 @@ mod tests {
             seed: Some(-7),
             stop: vec!["x".into()],
             top_logprobs: Some(2),
+            constraint: Some(Constraint::Grammar("root ::= \"a\"".into())),
         };
         let streamed = body(&request, true);
         assert_eq!(
             streamed["sampling_params"],
             json!({"n": 3, "max_new_tokens": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 5,
-                "min_p": 0.1, "sampling_seed": -7, "stop": ["x"]})
+                "min_p": 0.1, "sampling_seed": -7, "stop": ["x"], "ebnf": "root ::= \"a\""})
+        );
+        request.params.constraint = Some(Constraint::JsonSchema(json!({"type": "object"})));
+        assert_eq!(
+            body(&request, false)["sampling_params"]["json_schema"],
+            "{\"type\":\"object\"}",
+            "SGLang takes the schema as text"
         );
         assert_eq!(
             (&streamed["top_logprobs_num"], &streamed["stream"]),

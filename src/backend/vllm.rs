@@ -3,7 +3,9 @@
 
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
 use super::{Backend, BackendError, EventStream};
-use crate::generation::{FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent};
+use crate::generation::{
+    Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -69,6 +71,13 @@ impl VllmBackend {
                 ("min_p", p.min_p.map(Value::from)),
                 ("seed", p.seed.map(Value::from)),
                 ("stop", (!p.stop.is_empty()).then(|| json!(p.stop))),
+                (
+                    "structured_outputs",
+                    p.constraint.as_ref().map(|constraint| match constraint {
+                        Constraint::Grammar(grammar) => json!({"grammar": grammar}),
+                        Constraint::JsonSchema(schema) => json!({"json": schema}),
+                    }),
+                ),
             ],
         );
     }

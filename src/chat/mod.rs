@@ -5,4 +5,4 @@ pub mod request;
 pub mod wire;
 
 pub use messages::{ChatMessage, Role, ToolCall};
-pub use request::{ChatCompletionBody, ChatRequest, RequestError, ToolChoice};
+pub use request::{ChatCompletionBody, ChatRequest, RequestError, ResponseFormat, ToolChoice};

@@ -66,6 +66,7 @@ pub struct ChatCompletionBody {
     auto_heal_tool_calls: Option<bool>,
     nudge_tool_calls: Option<bool>,
     return_token_ids: Option<bool>,
+    response_format: Option<Value>,
 }
 
 /// `stream_options`.
@@ -88,6 +89,40 @@ pub enum ToolChoice {
     Function(String),
 }
 
+/// What `response_format` asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ResponseFormat {
+    /// `text`: anything (the default).
+    #[default]
+    Text,
+    /// `json_object`: a JSON object.
+    JsonObject,
+    /// `json_schema`: JSON satisfying this schema.
+    JsonSchema(Value),
+}
+
+impl ResponseFormat {
+    /// Reads OpenAI's `response_format` (`{"type": "json_schema", "json_schema": {"schema"}}`).
+    pub fn parse(value: Option<&Value>) -> Result<Self, RequestError> {
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            return Ok(Self::Text);
+        };
+        match value.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(Self::Text),
+            Some("json_object") => Ok(Self::JsonObject),
+            Some("json_schema") => match value.pointer("/json_schema/schema") {
+                Some(schema) if schema.is_object() => Ok(Self::JsonSchema(schema.clone())),
+                _ => Err(RequestError::Invalid(
+                    "'response_format.json_schema.schema' must be a JSON schema object".into(),
+                )),
+            },
+            _ => Err(RequestError::Invalid(
+                "'response_format.type' must be 'text', 'json_object' or 'json_schema'".into(),
+            )),
+        }
+    }
+}
+
 /// A validated chat request.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -97,6 +132,8 @@ pub struct ChatRequest {
     pub tools: Option<Arc<DeclaredTools>>,
     /// Which tools the model may call.
     pub tool_choice: ToolChoice,
+    /// What the reply's text must be (`response_format`).
+    pub response_format: ResponseFormat,
     /// Extra variables for the chat template (`enable_thinking`, ...).
     pub template_kwargs: Map<String, Value>,
     /// End the prompt with the assistant's header (default on).
@@ -154,6 +191,7 @@ impl ChatRequest {
             messages,
             tools: None,
             tool_choice: ToolChoice::Auto,
+            response_format: ResponseFormat::Text,
             template_kwargs: Map::new(),
             add_generation_prompt: true,
             params,
@@ -204,12 +242,14 @@ impl ChatRequest {
             None => None,
         };
         let tool_choice = parse_tool_choice(body.tool_choice.as_ref())?;
+        let response_format = ResponseFormat::parse(body.response_format.as_ref())?;
         let logprobs = body.logprobs.unwrap_or(false);
         let stop = StopField::list(body.stop);
         Ok(Self {
             messages,
             tools,
             tool_choice,
+            response_format,
             template_kwargs: body.chat_template_kwargs.unwrap_or_default(),
             add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
             params: SamplingParams {
@@ -224,6 +264,8 @@ impl ChatRequest {
                 seed: body.seed,
                 stop,
                 top_logprobs: logprobs.then(|| body.top_logprobs.unwrap_or(0)),
+                // Set per turn: a forced call's grammar depends on the session's format.
+                constraint: None,
             },
             n,
             logprobs,

@@ -187,6 +187,7 @@ impl Engine {
                 min_p: params.min_p.unwrap_or(0.0) as f32,
                 seed: params.seed.map(|s| (s as u64).wrapping_add(seed_offset)),
             },
+            grammar: params.constraint.as_ref().map(crate::grammar::gbnf),
             max_tokens: params.max_tokens.unwrap_or(u32::MAX) as usize,
             stop: params.stop.clone(),
             top_logprobs: params.top_logprobs.unwrap_or(0) as usize,

@@ -74,12 +74,25 @@ impl Sampler {
     /// Picks the next token from `logits` (one per vocabulary entry); `top` alternatives are
     /// reported with it.
     pub fn choose(&mut self, logits: &[f32], top: usize) -> Choice {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        self.choose_within(logits, None, top)
+    }
+
+    /// [`Sampler::choose`] under a constraint: `allowed` is `logits` with every token the
+    /// constraint forbids at minus infinity. The token is drawn from `allowed`; its logprob and
+    /// the alternatives are still the raw logits' (what the model itself gave the token).
+    pub fn choose_within(&mut self, logits: &[f32], allowed: Option<&[f32]>, top: usize) -> Choice {
+        // A constraint that allows nothing is no constraint (it cannot be met anyway).
+        let allowed = allowed.filter(|allowed| allowed.iter().any(|l| l.is_finite()));
+        let drawn_from = allowed.unwrap_or(logits);
+        let max = drawn_from.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         self.scaled.clear();
         self.scaled
-            .extend(logits.iter().map(|&l| f64::from(l - max).exp()));
-        let log_z = f64::from(max) + self.scaled.iter().sum::<f64>().ln();
-        let token = self.pick(logits);
+            .extend(drawn_from.iter().map(|&l| f64::from(l - max).exp()));
+        let log_z = match allowed {
+            None => f64::from(max) + self.scaled.iter().sum::<f64>().ln(),
+            Some(_) => log_sum_exp(logits),
+        };
+        let token = self.pick(drawn_from);
         let mut alternatives = Vec::new();
         if top > 0 {
             let mut order: Vec<usize> = (0..logits.len()).collect();
@@ -153,6 +166,13 @@ impl Sampler {
     }
 }
 
+/// The log of the sum of `exp(logit)`: the raw distribution's normaliser.
+fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    f64::from(max) + sum.ln()
+}
+
 fn argmax(logits: &[f32]) -> usize {
     logits
         .iter()
@@ -166,6 +186,38 @@ mod tests {
     use super::*;
 
     const LOGITS: [f32; 5] = [1.0, 3.0, 2.0, -1.0, 3.0];
+
+    #[test]
+    fn a_constraint_limits_the_draw_but_not_the_logprobs() {
+        let allowed = [
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+            2.0,
+            -1.0,
+            f32::NEG_INFINITY,
+        ];
+        let z: f64 = LOGITS.iter().map(|&l| f64::from(l).exp()).sum();
+        for temperature in [0.0, 1.0] {
+            let mut sampler = Sampler::new(SamplingConfig {
+                temperature,
+                seed: Some(3),
+                ..SamplingConfig::default()
+            });
+            for _ in 0..20 {
+                let choice = sampler.choose_within(&LOGITS, Some(&allowed), 1);
+                assert!(choice.token == 2 || choice.token == 3);
+                let raw = f64::from(LOGITS[choice.token as usize]) - z.ln();
+                assert!((f64::from(choice.logprob) - raw).abs() < 1e-6);
+                assert_eq!(choice.top[0].0, 1, "alternatives are the model's own");
+            }
+        }
+        let nothing = [f32::NEG_INFINITY; 5];
+        let mut greedy = Sampler::new(SamplingConfig {
+            temperature: 0.0,
+            ..SamplingConfig::default()
+        });
+        assert_eq!(greedy.choose_within(&LOGITS, Some(&nothing), 0).token, 1);
+    }
 
     #[test]
     fn logprobs_are_the_raw_log_softmax_and_greedy_takes_the_first_best() {

@@ -15,7 +15,10 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -26,6 +29,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct Job {
     pub prompt: Vec<u32>,
     pub sampling: SamplingConfig,
+    /// A GBNF grammar the sample must follow (constrained decoding), if any.
+    pub grammar: Option<String>,
     pub max_tokens: usize,
     pub stop: Vec<String>,
     pub top_logprobs: usize,
@@ -46,6 +51,9 @@ struct Slot {
 struct Active {
     job: Job,
     sampler: Sampler,
+    /// llama.cpp's grammar sampler, for a constrained job: it masks the tokens the grammar
+    /// forbids; the sampler draws from the rest.
+    grammar: Option<LlamaSampler>,
     /// Prompt tokens still to prefill.
     pending: Vec<u32>,
     /// The last sampled token, fed in the next step.
@@ -208,6 +216,20 @@ impl Scheduler<'_> {
                     format!("the prompt holds token id {id}; the model's ids are below {vocab}")
                 })
             };
+            let grammar = match &job.grammar {
+                Some(grammar) => match LlamaSampler::grammar(self.model, grammar, "root") {
+                    Ok(sampler) => Some(sampler),
+                    Err(error) => {
+                        let _ = job.events.send(Err(BackendError::Status {
+                            url: super::ENGINE_URL.into(),
+                            status: 400,
+                            message: format!("llama.cpp refused the grammar: {error}"),
+                        }));
+                        continue;
+                    }
+                },
+                None => None,
+            };
             if let Some(reason) = refusal {
                 let _ = job.events.send(Err(BackendError::Status {
                     url: super::ENGINE_URL.into(),
@@ -238,6 +260,7 @@ impl Scheduler<'_> {
             slot.active = Some(Active {
                 pending: job.prompt[cached..].to_vec(),
                 sampler: Sampler::new(job.sampling.clone()),
+                grammar,
                 job,
                 next_input: None,
                 sampled: 0,
@@ -298,11 +321,20 @@ impl Scheduler<'_> {
         let Some(active) = &mut slot.active else {
             return;
         };
+        let allowed = active
+            .grammar
+            .as_mut()
+            .map(|grammar| allowed_logits(grammar, logits));
         let Choice {
             token,
             logprob,
             top,
-        } = active.sampler.choose(logits, active.job.top_logprobs);
+        } = active
+            .sampler
+            .choose_within(logits, allowed.as_deref(), active.job.top_logprobs);
+        if let Some(grammar) = &mut active.grammar {
+            grammar.accept(LlamaToken::new(token as i32));
+        }
         active.sampled += 1;
         self.counters.sampled_tokens.fetch_add(1, Ordering::Relaxed);
         let event = StreamEvent::Tokens {
@@ -388,6 +420,24 @@ fn matched_stop(text: &[u8], stops: &[String], new_bytes: usize) -> Option<Strin
     let from = text.len().saturating_sub(longest + new_bytes);
     let tail = String::from_utf8_lossy(&text[from..]);
     stops.iter().find(|s| tail.contains(s.as_str())).cloned()
+}
+
+/// `logits` with every token the grammar forbids now at minus infinity.
+fn allowed_logits(grammar: &mut LlamaSampler, logits: &[f32]) -> Vec<f32> {
+    let data = logits
+        .iter()
+        .enumerate()
+        .map(|(id, &logit)| LlamaTokenData::new(LlamaToken::new(id as i32), logit, 0.0))
+        .collect();
+    let mut candidates = LlamaTokenDataArray::new(data, false);
+    grammar.apply(&mut candidates);
+    let mut allowed = vec![f32::NEG_INFINITY; logits.len()];
+    for candidate in &candidates.data {
+        if let Some(slot) = allowed.get_mut(candidate.id().0 as usize) {
+            *slot = candidate.logit();
+        }
+    }
+    allowed
 }
 
 #[cfg(test)]

@@ -162,6 +162,7 @@ impl From<TurnError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "aborted_error", error.to_string())
             }
             TurnError::EmptyPrompt
+            | TurnError::Constraint(_)
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }
             | TurnError::SessionFull { .. } => Self::bad_request(error.to_string()),
@@ -198,6 +199,7 @@ impl From<BackendError> for ApiError {
                 "upstream_error",
                 format!("the backend refused the proxy's credentials: {message}"),
             ),
+            BackendError::Unsupported { .. } => Self::bad_request(message),
             // The backend rejected the request itself (e.g. the prompt exceeds its context).
             BackendError::Status { status, .. }
                 if (400..500).contains(&status) && status != 429 =>

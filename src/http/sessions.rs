@@ -30,7 +30,7 @@ pub async fn create(
     let body: CreateBody = read_json(payload, state.max_body_bytes).await?;
     let tool_parser = match body.tool_parser {
         Some(name) => ToolFormat::named(&name).map_err(|e| ApiError::bad_request(e.to_string()))?,
-        None => state.pipeline.context.default_tool_format(),
+        None => state.pipeline.context.default_tool_format.clone(),
     };
     if let Some(url) = body
         .base_url

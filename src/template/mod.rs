@@ -41,6 +41,8 @@ pub struct ChatTemplate {
     name: String,
     /// `bos_token`, `eos_token`, ... as strings, passed to every render.
     special_tokens: BTreeMap<String, String>,
+    /// The Jinja source, as loaded.
+    source: Arc<str>,
     renders_tool_calls: bool,
     /// Tool lists already converted for the template.
     tools: tools::ToolsCache,
@@ -81,12 +83,14 @@ impl ChatTemplate {
     ) -> Result<Self, TemplateError> {
         let mut env = environment::hf_environment();
         let renders_tool_calls = source.contains("tool_calls");
+        let kept: Arc<str> = Arc::from(source.as_str());
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
             name: name.into(),
             special_tokens,
+            source: kept,
             renders_tool_calls,
             tools: Default::default(),
         })
@@ -100,6 +104,16 @@ impl ChatTemplate {
     /// The template's name (bundled name, file path or model folder).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Every special-token variable (`bos_token`, `eos_token`, ...) the template is given.
+    pub fn special_tokens(&self) -> &BTreeMap<String, String> {
+        &self.special_tokens
     }
 
     /// A special-token variable such as `eos_token`, if the model defines it.
@@ -190,6 +204,14 @@ impl Object for FieldMap {
     fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
         Some(self.fields.len())
     }
+}
+
+/// The length of the longest common prefix of two renders, at a character boundary.
+pub fn common_prefix_len(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .find(|((_, x), y)| x != y)
+        .map_or(a.len().min(b.len()), |((at, _), _)| at)
 }
 
 /// A JSON value as the template engine holds it.

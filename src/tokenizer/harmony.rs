@@ -62,6 +62,19 @@ pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerEr
     Ok(ids)
 }
 
+/// An assistant's rendered reply as the model samples it: a final answer the template ends
+/// with `<|end|>` (as the library renders a past one) ends the turn with `<|return|>`.
+pub fn as_sampled(reply: &str) -> std::borrow::Cow<'_, str> {
+    let is_final = reply
+        .rsplit(START)
+        .next()
+        .is_some_and(|last| last.contains("<|channel|>final"));
+    match reply.strip_suffix("<|end|>") {
+        Some(body) if is_final => format!("{body}<|return|>").into(),
+        _ => reply.into(),
+    }
+}
+
 /// The first end marker in `text`: where, and its length.
 pub fn first_end(text: &str) -> Option<(usize, usize)> {
     ENDS.iter()

@@ -6,6 +6,7 @@
 mod auto;
 mod declared;
 mod deepseek;
+pub mod detect;
 mod foreign;
 mod gemma4;
 mod harmony;

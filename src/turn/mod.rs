@@ -44,10 +44,12 @@ pub use stream::{Delta, SampledTokens, TurnEvent, TurnStream};
 pub use text_prompt::{TextPrompt, prepare_text};
 
 use crate::backend::BackendError;
-use crate::generation::Generation;
+use crate::chat::ChatRequest;
+use crate::generation::{Generation, SamplingParams};
 use crate::reasoning::ReasoningSyntax;
 use crate::template::{ChatTemplate, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tools::ToolFormat;
 use segments::Placeholders;
 use std::sync::Arc;
 
@@ -75,6 +77,9 @@ pub enum TurnError {
     /// The session's turn was aborted (`POST /{uuid}/abort`); nothing was recorded.
     #[error("the turn was aborted (POST /{{uuid}}/abort); nothing was recorded")]
     Aborted,
+    /// What the request requires of the reply cannot be enforced.
+    #[error(transparent)]
+    Constraint(#[from] crate::grammar::GrammarError),
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
@@ -125,6 +130,7 @@ impl TurnError {
             Self::Paused { .. } => "paused",
             Self::Aborted => "aborted",
             Self::EmptyPrompt | Self::UnknownToken { .. } => "bad_prompt",
+            Self::Constraint(_) => "constraint",
             Self::Journal(_) => "journal",
             Self::SessionFull { .. } => "session_full",
             Self::PromptTooLong { .. } => "prompt_too_long",
@@ -146,13 +152,35 @@ pub struct TurnContext {
     /// The vocabulary is Harmony's (gpt-oss): prompts are encoded with message content apart
     /// from markup, replies are split by channel, calls are read as Harmony writes them.
     pub harmony: bool,
+    /// The tool-call format of a session created without one: Harmony's on a Harmony
+    /// vocabulary, else the one the template writes ([`crate::tools::detect`]), else the
+    /// registry's default.
+    pub default_tool_format: ToolFormat,
 }
 
 impl TurnContext {
     /// The pieces for a model with this template and tokenizer.
     pub fn new(template: Arc<ChatTemplate>, tokenizer: Arc<Tokenizer>) -> Self {
+        let harmony = crate::tokenizer::harmony::speaks(&tokenizer);
+        let written = match harmony {
+            true => Ok(Some("harmony")),
+            false => crate::tools::detect::written_format(&template),
+        };
+        let default_tool_format = match written {
+            Ok(Some(name)) => ToolFormat::named(name).unwrap_or_default(),
+            Ok(None) => ToolFormat::default(),
+            Err(error) => {
+                tracing::warn!(%error, "the chat template cannot render a tool call");
+                ToolFormat::default()
+            }
+        };
+        tracing::info!(
+            tool_parser = default_tool_format.name(),
+            "default tool-call format"
+        );
         Self {
-            harmony: crate::tokenizer::harmony::speaks(&tokenizer),
+            harmony,
+            default_tool_format,
             template,
             tokenizer,
             placeholders: Placeholders::new(),
@@ -168,6 +196,20 @@ impl TurnContext {
         }
     }
 
+    /// `request`'s sampling parameters for a session whose tool-call format is `format`, with
+    /// the constraint its `tool_choice` or `response_format` asks for.
+    pub fn sampling(
+        &self,
+        request: &ChatRequest,
+        format: &str,
+    ) -> Result<SamplingParams, TurnError> {
+        let thinks = self.tokenizer.token_id("<think>").is_some();
+        Ok(SamplingParams {
+            constraint: crate::grammar::for_request(request, format, thinks)?,
+            ..request.params.clone()
+        })
+    }
+
     /// How the reply after `prompt` marks its reasoning, when it is returned apart: Harmony's
     /// channels always; a `<think>` block when the session asks for it (`reasoning`).
     pub fn reasoning_syntax(&self, reasoning: bool, prompt: &[u32]) -> Option<ReasoningSyntax> {
@@ -180,15 +222,6 @@ impl TurnContext {
                 opened: crate::reasoning::opened_by(&self.tokenizer.decode(tail)),
             }
         })
-    }
-
-    /// The tool-call format of a session created without one: Harmony's for a Harmony
-    /// vocabulary, else the registry's default.
-    pub fn default_tool_format(&self) -> crate::tools::ToolFormat {
-        match self.harmony {
-            true => crate::tools::ToolFormat::named("harmony").unwrap_or_default(),
-            false => crate::tools::ToolFormat::default(),
-        }
     }
 }
 

@@ -284,9 +284,9 @@ impl Pipeline {
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
         let mut plan = self.plan(session, state, request)?;
-        let sampled = self
-            .sample(session, &mut plan, request.params.clone(), request.n)
-            .await?;
+        let format = session.options.tool_parser.parser().name();
+        let params = self.context.sampling(request, format)?;
+        let sampled = self.sample(session, &mut plan, params, request.n).await?;
         Ok(self.shape(session, plan, request, sampled, state.issued_calls))
     }
 

@@ -186,7 +186,11 @@ impl Pipeline {
         request: &ChatRequest,
         plan: &Plan,
     ) -> Result<Opening, TurnError> {
-        let params = self.fit(request.params.clone(), plan.prompt_ids.len())?;
+        let format = session.options.tool_parser.parser().name();
+        let params = self.fit(
+            self.context.sampling(request, format)?,
+            plan.prompt_ids.len(),
+        )?;
         let requests: Vec<_> = (0..request.n)
             .map(|i| {
                 let mut params = params.clone();

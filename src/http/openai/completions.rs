@@ -121,6 +121,7 @@ pub async fn completions(
         seed: body.seed,
         stop: StopField::list(body.stop),
         top_logprobs: body.logprobs,
+        constraint: None,
     };
     let output = state
         .pipeline

@@ -1,0 +1,118 @@
+//! Writing GBNF, llama.cpp's grammar format (which SGLang's `ebnf` and vLLM's `grammar`, both
+//! through xgrammar, read too): named rules, quoted literals, and the JSON rules every schema
+//! builds on.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// JSON's own rules, added to every grammar that needs one of them.
+const JSON_RULES: &[(&str, &str)] = &[
+    ("ws", r#"| " " | "\n" [ \t]*"#),
+    (
+        "value",
+        r#"object | array | string | number | "true" | "false" | "null""#,
+    ),
+    (
+        "object",
+        r#""{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}""#,
+    ),
+    ("array", r#""[" ws ( value ( ws "," ws value )* )? ws "]""#),
+    ("string", r#""\"" char* "\"""#),
+    (
+        "char",
+        r#"[^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" hex hex hex hex )"#,
+    ),
+    ("hex", "[0-9a-fA-F]"),
+    (
+        "number",
+        r#""-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?"#,
+    ),
+    ("integer", r#""-"? ( "0" | [1-9] [0-9]* )"#),
+    ("boolean", r#""true" | "false""#),
+    ("null", r#""null""#),
+];
+
+/// A grammar under construction: `root` and the rules it names.
+#[derive(Debug, Default)]
+pub struct Grammar {
+    rules: Vec<(String, String)>,
+    taken: BTreeSet<String>,
+}
+
+impl Grammar {
+    /// Adds a rule named after `hint` (made unique); returns its name.
+    pub fn rule(&mut self, hint: &str, body: String) -> String {
+        let base: String = hint
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let base = match base.trim_matches('-') {
+            "" => "r".to_string(),
+            trimmed => trimmed.to_string(),
+        };
+        let mut name = base.clone();
+        let mut n = 1;
+        while self.taken.contains(&name) || JSON_RULES.iter().any(|(json, _)| *json == name) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        self.taken.insert(name.clone());
+        self.rules.push((name.clone(), body));
+        name
+    }
+
+    /// Adds the rule `name` unless it is there already (a rule several others share).
+    pub fn shared(&mut self, name: &str, body: &str) {
+        if self.taken.insert(name.to_string()) {
+            self.rules.push((name.to_string(), body.to_string()));
+        }
+    }
+
+    /// The grammar's text, `root` first, then its rules and the JSON rules.
+    pub fn finish(self, root: &str) -> String {
+        let mut out = format!("root ::= {root}\n");
+        for (name, body) in &self.rules {
+            let _ = writeln!(out, "{name} ::= {body}");
+        }
+        for (name, body) in JSON_RULES {
+            let _ = writeln!(out, "{name} ::= {body}");
+        }
+        out
+    }
+}
+
+/// `text` as a quoted GBNF literal.
+pub fn literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_escaped_and_rule_names_unique() {
+        assert_eq!(literal("a\"b\\c\nd"), r#""a\"b\\c\nd""#);
+        let mut grammar = Grammar::default();
+        assert_eq!(grammar.rule("get_weather", "\"x\"".into()), "get-weather");
+        assert_eq!(grammar.rule("get_weather", "\"y\"".into()), "get-weather-1");
+        assert_eq!(grammar.rule("string", "\"z\"".into()), "string-1");
+        let text = grammar.finish("get-weather");
+        assert!(text.starts_with("root ::= get-weather\nget-weather ::= \"x\"\n"));
+        assert!(text.contains("\nws ::= "));
+    }
+}

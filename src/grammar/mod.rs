@@ -1,0 +1,188 @@
+//! Constrained decoding: what a request requires of the reply, as the backend enforces it.
+//!
+//! `tool_choice: "required"` or a named function (Anthropic's `any` / `tool`, Responses'
+//! `required`) becomes a grammar for a call in the session's tool-call format ([`calls`]), its
+//! arguments held to the tool's parameter schema ([`schema`]); `response_format`
+//! `json_schema` / `json_object` becomes the schema. The backends enforce it: llama.cpp's
+//! `grammar` / `json_schema` (llama-server, the in-process engine), SGLang's `ebnf` /
+//! `json_schema`, vLLM's `structured_outputs`; a backend without constrained decoding refuses
+//! the turn, naming the option. The node records what was sampled, as always.
+
+mod calls;
+mod gbnf;
+mod schema;
+
+use crate::chat::{ChatRequest, ResponseFormat, ToolChoice};
+pub use crate::generation::Constraint;
+use gbnf::Grammar;
+use serde_json::{Value, json};
+
+/// `constraint` as a GBNF grammar (a schema converted), for backends that take grammars only.
+pub fn gbnf(constraint: &Constraint) -> String {
+    match constraint {
+        Constraint::Grammar(grammar) => grammar.clone(),
+        Constraint::JsonSchema(json_schema) => {
+            let mut grammar = Grammar::default();
+            let root = schema::expression(&mut grammar, json_schema, "answer");
+            grammar.finish(&root)
+        }
+    }
+}
+
+/// Why a request's constraint cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum GrammarError {
+    /// The session's tool-call format has no call grammar.
+    #[error(
+        "tool_choice requires a tool call, but this session's tool_parser '{format}' has no call \
+         grammar to enforce it with (its call markers are special tokens, which a grammar cannot \
+         match); enforceable formats: {available}"
+    )]
+    NoCallGrammar {
+        /// The session's format.
+        format: String,
+        /// Formats with a call grammar.
+        available: String,
+    },
+}
+
+/// The constraint `request` asks for in a session whose tool-call format is `format`, if any.
+/// `thinks`: the model may open its reply with a `<think>` block, which the grammar allows.
+pub fn for_request(
+    request: &ChatRequest,
+    format: &str,
+    thinks: bool,
+) -> Result<Option<Constraint>, GrammarError> {
+    let forced = matches!(
+        request.tool_choice,
+        ToolChoice::Required | ToolChoice::Function(_)
+    );
+    let callable = request.callable_tools();
+    if forced && !callable.is_empty() {
+        return forced_call(request, &callable, format, thinks).map(Some);
+    }
+    Ok(match &request.response_format {
+        ResponseFormat::Text => None,
+        ResponseFormat::JsonObject => Some(Constraint::JsonSchema(json!({"type": "object"}))),
+        ResponseFormat::JsonSchema(schema) => Some(Constraint::JsonSchema(schema.clone())),
+    })
+}
+
+fn forced_call(
+    request: &ChatRequest,
+    callable: &[String],
+    format: &str,
+    thinks: bool,
+) -> Result<Constraint, GrammarError> {
+    let declared = request.tools.as_ref().map(|tools| tools.json().clone());
+    let functions: Vec<calls::Callable> = declared
+        .as_deref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|tool| tool.get("function").unwrap_or(tool))
+        .filter_map(|function| {
+            let name = function.get("name")?.as_str()?;
+            callable
+                .iter()
+                .any(|c| c == name)
+                .then_some(calls::Callable {
+                    name,
+                    parameters: function.get("parameters"),
+                })
+        })
+        .collect();
+    let several =
+        request.parallel_tool_calls && matches!(request.tool_choice, ToolChoice::Required);
+    let mut grammar = Grammar::default();
+    let calls = calls::calls(&mut grammar, format, &functions, several).ok_or_else(|| {
+        GrammarError::NoCallGrammar {
+            format: format.to_string(),
+            available: calls::FORMATS.join(", "),
+        }
+    })?;
+    let root = match thinks {
+        true => {
+            grammar.shared("think-text", r#"( [^<] | "<" [^/] | "</" [^t] )*"#);
+            format!(r#"( "<think>" think-text "</think>" ws )? {calls}"#)
+        }
+        false => calls,
+    };
+    Ok(Constraint::Grammar(grammar.finish(&root)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::ChatCompletionBody;
+
+    fn request(extra: Value) -> ChatRequest {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                    "required": ["city"]}}},
+                {"type": "function", "function": {"name": "noop"}}]});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        let body: ChatCompletionBody = serde_json::from_value(body).unwrap();
+        ChatRequest::from_body(body, None).unwrap()
+    }
+
+    #[test]
+    fn a_named_function_is_the_only_call_the_grammar_allows() {
+        let named = request(json!({"tool_choice": {"type": "function",
+            "function": {"name": "get_weather"}}}));
+        let Some(Constraint::Grammar(grammar)) = for_request(&named, "hermes", false).unwrap()
+        else {
+            panic!("no grammar");
+        };
+        assert!(grammar.starts_with("root ::= call\n"), "{grammar}");
+        assert!(grammar.contains(r#""\"get_weather\"""#), "{grammar}");
+        assert!(!grammar.contains("noop"), "{grammar}");
+        assert!(grammar.contains(r#""<tool_call>\n""#));
+    }
+
+    #[test]
+    fn required_allows_any_callable_tool_and_several_calls() {
+        let required = request(json!({"tool_choice": "required"}));
+        let grammar = gbnf(&for_request(&required, "hermes", true).unwrap().unwrap());
+        assert!(
+            grammar.contains("noop") && grammar.contains("get_weather"),
+            "{grammar}"
+        );
+        assert!(
+            grammar.starts_with(
+                r#"root ::= ( "<think>" think-text "</think>" ws )? call ( "\n" call )*"#
+            ),
+            "{grammar}"
+        );
+        let error = for_request(&required, "mistral", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("'mistral'") && error.contains("hermes"),
+            "{error}"
+        );
+        assert_eq!(
+            for_request(&request(json!({})), "mistral", false).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn response_format_is_the_schema() {
+        let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}});
+        let asked = request(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "a", "schema": schema}}}));
+        let constraint = for_request(&asked, "hermes", false).unwrap().unwrap();
+        assert_eq!(constraint, Constraint::JsonSchema(schema));
+        assert_eq!(constraint.option(), "response_format");
+        assert!(gbnf(&constraint).contains(r#""\"answer\"" ws ":" ws integer"#));
+        let object = request(json!({"response_format": {"type": "json_object"}}));
+        assert_eq!(
+            for_request(&object, "hermes", false).unwrap(),
+            Some(Constraint::JsonSchema(json!({"type": "object"})))
+        );
+    }
+}
