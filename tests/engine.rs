@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::mock_worker::{MockWorker, Wire};
-use common::{Proxy, char_model_dir, fixture_model};
+use common::{Proxy, fixture_model};
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 use rollout_proxy::engine::{self, EngineSettings};
@@ -20,28 +19,11 @@ fn gguf() -> PathBuf {
 }
 
 fn settings() -> EngineSettings {
-    EngineSettings {
-        context: 2048,
-        slots: 4,
-        batch: 512,
-        threads: 1,
-    }
+    common::engine_settings()
 }
 
-/// A proxy serving the GGUF in-process: its own vocabulary, the bundled Hermes template.
 fn proxy() -> Proxy {
-    Proxy::start_with(
-        char_model_dir(),
-        None,
-        MockWorker::start(Wire::Sglang),
-        |s| {
-            s.backends.clear();
-            s.tokenizer = None;
-            s.model = Some(gguf());
-            s.engine = settings();
-            s.chat_template = Some("hermes".into());
-        },
-    )
+    common::engine_proxy()
 }
 
 async fn engine_stats(proxy: &Proxy) -> Value {

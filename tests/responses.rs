@@ -234,7 +234,7 @@ async fn bad_requests_get_openai_errors_and_change_nothing() {
             "previous_response_id",
         ),
         (
-            json!({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}),
+            json!({"input": "hi", "text": {"format": {"type": "xml"}}}),
             "text.format",
         ),
         (

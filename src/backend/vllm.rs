@@ -373,6 +373,32 @@ mod tests {
         assert_eq!(generate["token_ids"], json!([1, 2]));
         assert_eq!(generate["sampling_params"]["max_tokens"], 8);
         assert_eq!(generate["sampling_params"]["n"], 2);
+        assert!(body.get("structured_outputs").is_none());
+    }
+
+    #[test]
+    fn constraints_go_in_structured_outputs() {
+        let mut request = GenerateRequest {
+            prompt: vec![1],
+            params: crate::generation::SamplingParams {
+                constraint: Some(Constraint::Grammar("root ::= \"a\"".into())),
+                ..Default::default()
+            },
+            n: 1,
+        };
+        let body: Value =
+            serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
+        assert_eq!(
+            body["structured_outputs"],
+            json!({"grammar": "root ::= \"a\""})
+        );
+        request.params.constraint = Some(Constraint::JsonSchema(json!({"type": "object"})));
+        let generate: Value =
+            serde_json::from_slice(&VllmBackend::generate_body(&request).to_json()).unwrap();
+        assert_eq!(
+            generate["sampling_params"]["structured_outputs"],
+            json!({"json": {"type": "object"}})
+        );
     }
 
     #[test]

@@ -525,3 +525,30 @@ pub fn assert_node_shape(node: &Value) {
         }
     }
 }
+
+/// The in-process engine's settings the tests run it with: small, one thread.
+pub fn engine_settings() -> rollout_proxy::engine::EngineSettings {
+    rollout_proxy::engine::EngineSettings {
+        context: 2048,
+        slots: 4,
+        batch: 512,
+        threads: 1,
+    }
+}
+
+/// A proxy serving the default model's GGUF (SmolLM2-135M-Instruct) in-process: its own
+/// vocabulary, the bundled Hermes template.
+pub fn engine_proxy() -> Proxy {
+    Proxy::start_with(
+        char_model_dir(),
+        None,
+        mock_worker::MockWorker::start(mock_worker::Wire::Sglang),
+        |s| {
+            s.backends.clear();
+            s.tokenizer = None;
+            s.model = Some(fixture_model("smollm2").join("model.gguf"));
+            s.engine = engine_settings();
+            s.chat_template = Some("hermes".into());
+        },
+    )
+}

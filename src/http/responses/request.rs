@@ -6,7 +6,7 @@
 //! `function_call_output` becomes the template's tool message. Built-in tools (`web_search`,
 //! ...) are left out of the prompt and named in the node's turn.
 
-use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
+use crate::chat::{ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice};
 use crate::generation::SamplingParams;
 use crate::http::error::BadRequest;
 use crate::tools::{DeclaredTools, ToolDialect};
@@ -129,15 +129,10 @@ impl ResponsesBody {
         if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(invalid(format!("top_p: {p} is not in [0, 1]")));
         }
-        if let Some(format) = self.text.as_ref().and_then(|t| t.get("format")) {
-            let kind = format.get("type").and_then(Value::as_str);
-            if kind != Some("text") {
-                return Err(invalid(format!(
-                    "text.format: only 'text' is supported, not {}",
-                    kind.unwrap_or("?")
-                )));
-            }
-        }
+        let response_format = match self.text.as_ref().and_then(|t| t.get("format")) {
+            Some(format) => response_format(format)?,
+            None => ResponseFormat::Text,
+        };
         let mut conversation = Conversation {
             system: self.instructions.clone().unwrap_or_default(),
             ..Conversation::default()
@@ -158,6 +153,7 @@ impl ResponsesBody {
         let mut request = ChatRequest::conversation(std::mem::take(&mut messages), params);
         request.api = "responses";
         request.stream = self.stream;
+        request.response_format = response_format;
         if let Some(raw) = &self.tools {
             request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Responses)
                 .map_err(|e| invalid(format!("tools: {e}")))?;
@@ -176,6 +172,18 @@ impl ResponsesBody {
         }
         Ok(request)
     }
+}
+
+/// `text.format`: Responses writes a schema beside its type, where chat nests it under
+/// `json_schema`.
+fn response_format(format: &Value) -> Result<ResponseFormat, BadRequest> {
+    let as_chat = match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            serde_json::json!({"type": "json_schema", "json_schema": {"schema": format.get("schema")}})
+        }
+        _ => format.clone(),
+    };
+    ResponseFormat::parse(Some(&as_chat)).map_err(|e| invalid(format!("text.format: {e}")))
 }
 
 /// A declared tool's kind and name, read without its schema.
