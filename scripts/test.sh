@@ -22,6 +22,9 @@ export HARMONY_PYTHON TIKTOKEN_ENCODINGS_BASE
 # tests/check_template.rs compares `check-template`'s renders with transformers'.
 eval "$(scripts/install-transformers-reference.sh)"
 export TRANSFORMERS_PYTHON
+# tests/constrained.rs checks every grammar it writes with xgrammar (SGLang's and vLLM's).
+eval "$(scripts/install-xgrammar.sh)"
+export XGRAMMAR_PYTHON
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE

@@ -259,3 +259,72 @@ async fn what_cannot_be_enforced_is_refused_naming_the_option() {
             .contains("response_format")
     );
 }
+
+/// Every kind of grammar the proxy writes, and texts each must and must not match.
+fn grammar_cases() -> Vec<Value> {
+    use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+    use rollout_proxy::grammar::{for_request, gbnf};
+    let grammar = |extra: Value, format: &str, thinks: bool| {
+        let body: ChatCompletionBody = serde_json::from_value(question(extra)).unwrap();
+        let request = ChatRequest::from_body(body, None).unwrap();
+        gbnf(&for_request(&request, format, thinks).unwrap().unwrap())
+    };
+    let named = json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    let required = json!({"tool_choice": "required"});
+    let hermes = |arguments: &str| {
+        format!(
+            "<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {arguments}}}\n</tool_call>"
+        )
+    };
+    let paris = hermes(r#"{"city": "Paris"}"#);
+    let time = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"},
+        "temperature_c": {"type": "integer"}}, "required": ["city", "temperature_c"]});
+    let schema_body = json!({"response_format": {"type": "json_schema",
+        "json_schema": {"name": "w", "schema": schema}}});
+    vec![
+        json!({"name": "hermes, named", "grammar": grammar(named.clone(), "hermes", false),
+            "accept": [paris, hermes(r#"{"city":"Paris","unit":"celsius"}"#),
+                hermes("{\n  \"city\": \"Paris\"\n}")],
+            "reject": [hermes(r#"{"city": "Paris", "unit": "kelvin"}"#), hermes("{}"), time,
+                "It is sunny."]}),
+        json!({"name": "hermes, required, thinking", "grammar": grammar(required, "hermes", true),
+            "accept": [format!("<think>a < b, </x></think>\n{paris}"), format!("{paris}\n{time}"),
+                time],
+            "reject": [format!("<think>x</think>It is sunny.")]}),
+        json!({"name": "qwen3_coder, named", "grammar": grammar(named.clone(), "qwen3_coder", false),
+            "accept": ["<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n\
+                </function>\n</tool_call>"],
+            "reject": ["<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"]}),
+        json!({"name": "llama3_json, named", "grammar": grammar(named, "llama3_json", false),
+            "accept": [r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#],
+            "reject": [r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#]}),
+        json!({"name": "response_format", "grammar": grammar(schema_body, "hermes", false),
+            "accept": [r#"{"city": "Oslo", "temperature_c": -3}"#],
+            "reject": [r#"{"city": "Oslo"}"#, r#"{"city": 3, "temperature_c": 1}"#]}),
+    ]
+}
+
+#[test]
+fn xgrammar_reads_every_grammar_the_proxy_writes() {
+    let [python] = <[_; 1]>::try_from(common::installed(
+        "install-xgrammar.sh",
+        &["XGRAMMAR_PYTHON"],
+    ))
+    .unwrap();
+    let cases = common::scratch_dir("xgrammar").join("cases.json");
+    std::fs::write(&cases, serde_json::to_vec(&grammar_cases()).unwrap()).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/grammar/xgrammar_check.py");
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .arg(&cases)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -7,7 +7,9 @@ use std::fmt::Write;
 
 /// JSON's own rules, added to every grammar that needs one of them.
 const JSON_RULES: &[(&str, &str)] = &[
-    ("ws", r#"| " " | "\n" [ \t]*"#),
+    // Written as an optional group: xgrammar (SGLang's and vLLM's) refuses an empty
+    // alternative, which llama.cpp allows.
+    ("ws", r#"( " " | "\n" [ \t]* )?"#),
     (
         "value",
         r#"object | array | string | number | "true" | "false" | "null""#,
