@@ -18,7 +18,7 @@ use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
-use rollout_proxy::turn::{ChoiceOutput, Plan, Reply, TurnContext, commit, prepare};
+use rollout_proxy::turn::{ChoiceOutput, Plan, Reply, TailRender, TurnContext, commit, prepare};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,6 +38,16 @@ fn plan_turn(
     req: &ChatRequest,
     metrics: &Metrics,
 ) -> Plan {
+    plan_with(ctx, state, req, metrics, TailRender::Allowed)
+}
+
+fn plan_with(
+    ctx: &TurnContext,
+    state: &SessionState,
+    req: &ChatRequest,
+    metrics: &Metrics,
+    tail: TailRender,
+) -> Plan {
     prepare(
         ctx,
         state,
@@ -45,6 +55,7 @@ fn plan_turn(
         HistoryMode::Sampled,
         &HermesParser,
         metrics,
+        tail,
     )
     .unwrap()
 }
@@ -102,10 +113,15 @@ fn bench_turn(c: &mut Criterion) {
             plan.base,
             rollout_proxy::turn::Base::Extend { .. }
         ));
-        let id = format!("{}_tokens", state.nodes[0].len());
-        group.bench_with_input(BenchmarkId::from_parameter(id), &req, |b, req| {
-            b.iter(|| plan_turn(&ctx, &state, req, &metrics))
-        });
+        let tokens = state.nodes[0].len();
+        // Side by side: the end of the conversation rendered (every 16th turn also in full, as
+        // sessions do), and the whole conversation every turn.
+        for (name, tail) in [("tail", TailRender::Allowed), ("full", TailRender::Never)] {
+            let id = BenchmarkId::new(name, format!("{tokens}_tokens"));
+            group.bench_with_input(id, &req, |b, req| {
+                b.iter(|| plan_with(&ctx, &state, req, &metrics, tail))
+            });
+        }
     }
     group.finish();
 }

@@ -76,6 +76,8 @@ pub struct Settings {
     pub api_key: Option<String>,
     /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) need this key.
     pub admin_key: Option<String>,
+    /// Render every turn's whole conversation (no tail-only renders; `--full-render`).
+    pub full_render: bool,
 }
 
 /// Start-up failures.
@@ -215,7 +217,13 @@ impl Settings {
         Ok(AppState {
             model_name: model_name.clone(),
             pipeline: Pipeline {
-                context: TurnContext::new(Arc::new(template), tokenizer),
+                context: {
+                    let context = TurnContext::new(Arc::new(template), tokenizer);
+                    if self.full_render {
+                        context.set_tail_renders(false);
+                    }
+                    context
+                },
                 backends: Arc::new(
                     Pool::new(self.config.pool.clone(), factory, servers)
                         .with_metrics(metrics.clone()),

@@ -143,6 +143,10 @@ struct ServeArgs {
     /// whose prompt alone reaches it is a 400.
     #[arg(long)]
     max_session_tokens: Option<u32>,
+    /// Render each turn's whole conversation, even where rendering only its end (after the
+    /// last sampled turn) was proved the same for the template at start-up.
+    #[arg(long)]
+    full_render: bool,
     /// Every route but `GET /health` then needs `Authorization: Bearer KEY` (or `x-api-key`).
     #[arg(long, env = "ROLLOUT_PROXY_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -208,6 +212,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         },
         max_session_tokens: args.max_session_tokens,
+        full_render: args.full_render,
         api_key: args.api_key,
         admin_key: args.admin_key,
     };

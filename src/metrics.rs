@@ -84,6 +84,11 @@ struct ToolCallLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabel {
     api: &'static str,
     cause: &'static str,
@@ -99,6 +104,7 @@ pub struct Metrics {
     divergences: Family<ReasonLabel, Counter>,
     failures: Family<FailureLabel, Counter>,
     tool_calls: Family<ToolCallLabel, Counter>,
+    tail_renders: Family<OutcomeLabel, Counter>,
 }
 
 /// The tokens of one recorded turn.
@@ -123,6 +129,7 @@ impl Default for Metrics {
         let divergences = Family::default();
         let failures = Family::default();
         let tool_calls = Family::default();
+        let tail_renders = Family::default();
         let mut registry = Registry::with_prefix("rollout");
         registry.register("turns", "Turns recorded", turns.clone());
         registry.register("tokens", "Tokens of recorded turns", tokens.clone());
@@ -142,6 +149,12 @@ impl Default for Metrics {
             "Call markup in recorded replies, by tool-call format and outcome",
             tool_calls.clone(),
         );
+        registry.register(
+            "tail_renders",
+            "Turns rendered from the end of their conversation only, by outcome: used, \
+             verified (a full render agreed), mismatch (it did not; the full one was used)",
+            tail_renders.clone(),
+        );
         Self {
             registry,
             turns,
@@ -150,6 +163,7 @@ impl Default for Metrics {
             divergences,
             failures,
             tool_calls,
+            tail_renders,
         }
     }
 }
@@ -201,6 +215,13 @@ impl Metrics {
     pub fn divergence(&self, reason: &'static str) {
         self.divergences
             .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// A turn rendered from the end of its conversation only, and how it went.
+    pub fn tail_render(&self, outcome: &'static str) {
+        self.tail_renders
+            .get_or_create(&OutcomeLabel { outcome })
             .inc();
     }
 

@@ -122,6 +122,9 @@ pub struct Report {
     pub tool_format_written: Option<&'static str>,
     /// The format sessions created without `tool_parser` take (the shapes ran with it).
     pub default_tool_parser: String,
+    /// Sessions render only the end of a conversation: it gave the same prompt as the whole
+    /// conversation on every turn of the shapes that allowed it.
+    pub tail_renders: bool,
     /// Every shape's results.
     pub shapes: Vec<ShapeReport>,
     /// The outcome.
@@ -181,10 +184,25 @@ pub fn check(
         template: ctx.template.name().to_string(),
         tool_format_written: written,
         default_tool_parser: format.name().to_string(),
+        tail_renders: ctx.tail_renders(),
         summary: summary(&shapes, verdict),
         shapes,
         verdict,
     })
+}
+
+/// Whether rendering only the end of a conversation gives every prompt a full render gives, on
+/// every turn of every shape the template renders that allows it (and there is one): what
+/// lets sessions render tail-only ([`crate::turn::TailRender`]).
+pub fn tail_renders_hold(ctx: &TurnContext) -> bool {
+    let format = ctx.default_tool_format.clone();
+    let outcomes: Vec<bool> = shapes::all()
+        .iter()
+        .map(|shape| simulate::run(ctx, format.parser().as_ref(), shape))
+        .flat_map(|run| run.transitions)
+        .filter_map(|transition| transition.tail_render)
+        .collect();
+    !outcomes.is_empty() && outcomes.iter().all(|&agrees| agrees)
 }
 
 fn verdict(shapes: &[ShapeReport]) -> Verdict {

@@ -15,7 +15,7 @@ use crate::template::{RenderRequest, TemplateValue, json_value};
 use crate::tools::ToolParser;
 use crate::tools::detect::call_message_forms;
 use crate::turn::reply::{CallIds, Reply, shape as shape_reply};
-use crate::turn::{Base, ChoiceOutput, TurnContext, commit, prepare};
+use crate::turn::{Base, ChoiceOutput, TailRender, TurnContext, commit, prepare, tail_agrees};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -61,6 +61,9 @@ pub struct Transition {
     /// Where the template's own render of the next prompt departs from the previous prompt
     /// plus the sampled reply (none: append-only).
     pub rewrite: Option<Rewrite>,
+    /// Whether rendering only the conversation's end gave the same prompt as the whole
+    /// conversation (`None`: the turn did not allow a tail render).
+    pub tail_render: Option<bool>,
 }
 
 /// Runs `shape` on a fresh session whose tool format is `parser`.
@@ -104,9 +107,12 @@ fn run_turns(
             HistoryMode::Sampled,
             parser,
             &metrics,
+            TailRender::Never,
         )
         .map_err(|e| e.to_string())?;
         if let Some((before, earlier)) = sampled_turns.split_last() {
+            let tail_render =
+                tail_agrees(ctx, &state, &request, parser).map_err(|e| e.to_string())?;
             let locate = |at: usize| locate_message(ctx, &client, shape, before, at);
             run.transitions.push(Transition {
                 turn: before.turn,
@@ -120,6 +126,7 @@ fn run_turns(
                     ),
                 },
                 rewrite: rewrite::find(ctx, before, earlier, &prompt, &locate),
+                tail_render,
             });
         }
         if !is_reply {

@@ -13,8 +13,22 @@ impl Report {
         let _ = writeln!(out, "template    {}", self.template);
         let _ = writeln!(
             out,
-            "tool calls  the template writes {written}; sessions default to {}\n",
+            "tool calls  the template writes {written}; sessions default to {}",
             self.default_tool_parser
+        );
+        let tails: Vec<bool> = self
+            .shapes
+            .iter()
+            .flat_map(|s| &s.transitions)
+            .filter_map(|t| t.tail_render)
+            .collect();
+        let agreed = tails.iter().filter(|&&agrees| agrees).count();
+        let _ = writeln!(
+            out,
+            "tail render {}: the prompt rendered from the conversation's end equals the full \
+             render on {agreed} of {} turns\n",
+            if self.tail_renders { "on" } else { "off" },
+            tails.len()
         );
         let rows: Vec<[String; 5]> = self.shapes.iter().map(row).collect();
         let header = [

@@ -34,6 +34,17 @@ pub struct CompletionRecord {
     pub tool_calls: Vec<IssuedToolCall>,
 }
 
+/// What a completion was sampled after: how many messages the request had, and a digest of
+/// them with its tools and template kwargs (a later turn that sends the same conversation on
+/// may render only what follows; see `turn::tail`). Kept in memory only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConversationDigest {
+    /// How many messages the request had.
+    pub messages: usize,
+    /// Their digest, with the tools and template kwargs.
+    pub digest: u64,
+}
+
 /// Fingerprint of an assistant message: its text and the ids of its tool calls. Every turn
 /// fingerprints every assistant message it is sent, so this is XXH3 like [`text_hash`].
 ///

@@ -13,7 +13,7 @@ pub mod replies;
 pub mod responses;
 mod reward;
 
-pub use completion::{CompletionId, CompletionRecord, IssuedToolCall};
+pub use completion::{CompletionId, CompletionRecord, ConversationDigest, IssuedToolCall};
 pub use node::{Divergence, HealedCall, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
 pub use record::{CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply};
 pub use reward::Reward;
@@ -67,6 +67,11 @@ pub struct SessionState {
     pub issued_calls: usize,
     /// Turns that could not extend a node, and where they parted from the closest one.
     pub divergences: divergences::Divergences,
+    /// The conversation each completion was sampled after (in memory only: after a restart
+    /// the next turn renders in full once).
+    pub sampled_after: HashMap<CompletionId, ConversationDigest>,
+    /// Tail-only renders so far (every sixteenth is checked against a full render).
+    pub tail_renders: AtomicU64,
 }
 
 impl SessionState {

@@ -59,5 +59,7 @@ pub fn commit(
     labels: &TurnLabels,
     track_tree: bool,
 ) -> Vec<usize> {
-    apply(state, &CommitRecord::new(plan, choices, labels, track_tree))
+    let nodes = apply(state, &CommitRecord::new(plan, choices, labels, track_tree));
+    super::tail::remember(state, plan, choices.len());
+    nodes
 }

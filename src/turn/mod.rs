@@ -33,11 +33,12 @@ mod replay;
 pub mod reply;
 pub mod segments;
 pub mod stream;
+mod tail;
 mod text_prompt;
 
 pub use commit::commit;
 pub use pipeline::{Pipeline, RenderedTurn};
-pub use plan::{Base, Plan, RenderedPrompt, prepare};
+pub use plan::{Base, Plan, RenderedPrompt, TailRender, prepare, tail_agrees};
 pub use render::GenerationPrompts;
 pub use reply::{CallIds, Finish, Reply, ReplyPart, ReturnedCall};
 pub use stream::{Delta, SampledTokens, TurnEvent, TurnStream};
@@ -156,6 +157,10 @@ pub struct TurnContext {
     /// vocabulary, else the one the template writes ([`crate::tools::detect`]), else the
     /// registry's default.
     pub default_tool_format: ToolFormat,
+    /// Turns may render only the end of their conversation ([`tail`]): the template's text
+    /// after a sampled turn proved the same on `check-template`'s shapes at start-up. Turned
+    /// off for good when a check against a full render disagrees (or by `--full-render`).
+    pub tail_renders: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TurnContext {
@@ -178,14 +183,30 @@ impl TurnContext {
             tool_parser = default_tool_format.name(),
             "default tool-call format"
         );
-        Self {
+        let ctx = Self {
             harmony,
             default_tool_format,
             template,
             tokenizer,
             placeholders: Placeholders::new(),
             generation_prompts: Default::default(),
-        }
+            tail_renders: Default::default(),
+        };
+        let hold = crate::checker::tail_renders_hold(&ctx);
+        ctx.set_tail_renders(hold);
+        tracing::info!(tail_renders = hold, "rendering only a conversation's end");
+        ctx
+    }
+
+    /// Whether turns may render only the end of their conversation.
+    pub fn tail_renders(&self) -> bool {
+        self.tail_renders.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Allows or stops tail-only renders.
+    pub fn set_tail_renders(&self, on: bool) {
+        self.tail_renders
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The ids of rendered prompt text (or a piece of it that starts at a message boundary).

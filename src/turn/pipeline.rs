@@ -3,8 +3,8 @@
 use super::nudge::{deserves_nudge, nudge_request};
 use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
-    ChoiceOutput, Plan, TextPrompt, TurnContext, TurnError, TurnOutput, prepare, prepare_text,
-    replay,
+    ChoiceOutput, Plan, TailRender, TextPrompt, TurnContext, TurnError, TurnOutput, prepare,
+    prepare_text, replay,
 };
 use crate::backend::{EventStream, Pool, Route};
 use crate::chat::ChatRequest;
@@ -84,7 +84,7 @@ impl Pipeline {
         request: &ChatRequest,
     ) -> Result<RenderedTurn, TurnError> {
         let guard = session.state.lock().await;
-        let plan = self.plan(session, &guard, request)?;
+        let plan = self.plan(session, &guard, request, TailRender::Never)?;
         let prompt_text = plan.prompt_text(&self.context, &guard);
         Ok(RenderedTurn {
             prompt_text,
@@ -122,7 +122,7 @@ impl Pipeline {
         let _under_way = self.under_way();
         let mut guard = lock_open(session).await?;
         if let Some(done) = replay::recorded(session, request.key.as_ref()) {
-            let plan = self.plan(session, &guard, request)?;
+            let plan = self.plan(session, &guard, request, TailRender::Never)?;
             let sampled = replay::samples(&done);
             return Ok(self.shape(session, plan, request, sampled, done.issued_before));
         }
@@ -264,6 +264,7 @@ impl Pipeline {
         session: &Session,
         state: &SessionState,
         request: &ChatRequest,
+        tail: TailRender,
     ) -> Result<Plan, TurnError> {
         let _timed = self.metrics.timed(Stage::Plan);
         prepare(
@@ -273,6 +274,7 @@ impl Pipeline {
             session.options.history,
             session.options.tool_parser.parser().as_ref(),
             &self.metrics,
+            tail,
         )
     }
 
@@ -283,7 +285,7 @@ impl Pipeline {
         state: &SessionState,
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
-        let mut plan = self.plan(session, state, request)?;
+        let mut plan = self.plan(session, state, request, TailRender::Allowed)?;
         let format = session.options.tool_parser.parser().name();
         let params = self.context.sampling(request, format)?;
         let sampled = self.sample(session, &mut plan, params, request.n).await?;
@@ -332,6 +334,7 @@ impl Pipeline {
         let mut record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
         record.key = request.key.clone();
         let nodes = self.write(session, state, record)?;
+        super::tail::remember(state, plan, choices.len());
         let format = session.options.tool_parser.name();
         for choice in choices {
             self.metrics.tool_calls(format, choice.reply.tool_outcomes);

@@ -20,11 +20,13 @@ use super::{TurnContext, TurnError, matching};
 use crate::chat::{ChatMessage, ChatRequest, Role};
 use crate::metrics::{Metrics, Stage};
 use crate::session::{
-    CompletionId, Divergence, HistoryEntry, HistoryMode, SegmentCheck, SessionState,
+    CompletionId, ConversationDigest, Divergence, HistoryEntry, HistoryMode, SegmentCheck,
+    SessionState,
 };
 use crate::template::{RenderRequest, TemplateValue, template_map};
 use crate::tools::ToolParser;
 use serde_json::Value;
+use std::sync::atomic::Ordering;
 
 /// Where the prompt starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +60,9 @@ pub struct Plan {
     /// The template's output the prompt was built from (`None` for a prompt sent as text or
     /// ids): see [`Plan::prompt_text`].
     pub rendered: Option<RenderedPrompt>,
+    /// The conversation the prompt was rendered from (chat turns), remembered with the
+    /// completions it gets so the next turn can tell it is unchanged.
+    pub conversation: Option<ConversationDigest>,
 }
 
 /// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in
@@ -109,6 +114,16 @@ impl Plan {
     }
 }
 
+/// Whether a turn may render only the end of its conversation ([`super::tail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailRender {
+    /// When the template allows it and the conversation before the last sampled turn is
+    /// unchanged; every [`super::tail::VERIFY_EVERY`]th such turn is also rendered in full.
+    Allowed,
+    /// Always in full (`/render` shows the template's whole output).
+    Never,
+}
+
 /// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
 /// session's tool-call format. Rendering and tokenizing are timed in `metrics`.
 pub fn prepare(
@@ -118,24 +133,191 @@ pub fn prepare(
     mode: HistoryMode,
     parser: &dyn ToolParser,
     metrics: &Metrics,
+    tail: TailRender,
 ) -> Result<Plan, TurnError> {
     let matched = matching::match_completions(state, &request.messages);
-    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+    let digests = super::tail::prefix_digests(request);
+    let conversation = Some(ConversationDigest {
+        messages: request.messages.len(),
+        digest: digests[request.messages.len()],
+    });
+    let tail_allowed =
+        tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
+    if tail_allowed
+        && let Some(plan) = tail_plan(ctx, state, request, &matched, &digests, parser, metrics)?
+    {
+        let done = state.tail_renders.fetch_add(1, Ordering::Relaxed);
+        if !done.is_multiple_of(super::tail::VERIFY_EVERY) {
+            metrics.tail_render("used");
+            return Ok(Plan {
+                conversation,
+                ..plan
+            });
+        }
+        let full = full_plan(ctx, state, request, &matched, mode, parser, metrics)?;
+        let agrees = same_prompt(&full, &plan);
+        metrics.tail_render(if agrees { "verified" } else { "mismatch" });
+        if !agrees {
+            // The template's text after a turn depends on more than the end of the
+            // conversation: every turn renders in full from now on.
+            ctx.set_tail_renders(false);
+            tracing::warn!(
+                "a tail-only render disagreed with the full render; the full one is used, and \
+                 every turn renders in full from now on"
+            );
+        }
+        return Ok(Plan {
+            conversation,
+            ..full
+        });
+    }
+    let plan = full_plan(ctx, state, request, &matched, mode, parser, metrics)?;
+    Ok(Plan {
+        conversation,
+        ..plan
+    })
+}
 
-    let messages: Vec<TemplateValue> = request
-        .messages
-        .iter()
-        .zip(&matched)
-        .scan(0, |placeholder, (message, completion)| {
-            Some(match completion {
-                Some(_) => {
-                    *placeholder += 1;
-                    ctx.placeholders.message(*placeholder - 1)
-                }
-                None => unsampled_message(ctx, message, parser, request),
-            })
+/// Whether a tail-only render of `request` gives the same plan as a full one; `None` when the
+/// conversation does not allow one (nothing sampled before, or history edited).
+pub fn tail_agrees(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    parser: &dyn ToolParser,
+) -> Result<Option<bool>, TurnError> {
+    let metrics = Metrics::default();
+    let matched = matching::match_completions(state, &request.messages);
+    let digests = super::tail::prefix_digests(request);
+    let Some(tail) = tail_plan(ctx, state, request, &matched, &digests, parser, &metrics)? else {
+        return Ok(None);
+    };
+    let full = full_plan(
+        ctx,
+        state,
+        request,
+        &matched,
+        HistoryMode::Sampled,
+        parser,
+        &metrics,
+    )?;
+    Ok(Some(same_prompt(&full, &tail)))
+}
+
+/// Whether a tail-only plan sends what the full plan sends and checks the next turn the same
+/// way. (Its history keeps the node's checks as recorded, where a full render upgrades the
+/// last turn's to an exact one: the text before each turn is hash-checked either way.)
+fn same_prompt(full: &Plan, tail: &Plan) -> bool {
+    full.prompt_ids == tail.prompt_ids
+        && full.base == tail.base
+        && full.next_check == tail.next_check
+}
+
+/// The template-value form of `indices` of the request's messages: a placeholder for each
+/// sampled turn (numbered in order), the message itself otherwise.
+fn template_messages(
+    ctx: &TurnContext,
+    request: &ChatRequest,
+    matched: &[Option<CompletionId>],
+    indices: impl Iterator<Item = usize>,
+    parser: &dyn ToolParser,
+) -> Vec<TemplateValue> {
+    let mut placeholder = 0;
+    indices
+        .map(|i| match matched[i] {
+            Some(_) => {
+                placeholder += 1;
+                ctx.placeholders.message(placeholder - 1)
+            }
+            None => unsampled_message(ctx, &request.messages[i], parser, request),
         })
-        .collect();
+        .collect()
+}
+
+/// A render split at its sampled turns: the pieces between them (each without the end token
+/// its turn already holds) and the check of the last one for the next turn.
+struct Split<'r> {
+    pieces: Vec<&'r str>,
+    next_check: SegmentCheck,
+}
+
+/// Splits `rendered` at the placeholders of `sampled`; `None` when the template did not
+/// reproduce each once and in order.
+fn split<'r>(
+    ctx: &TurnContext,
+    state: &SessionState,
+    rendered: &'r render::Rendered,
+    sampled: &[CompletionId],
+) -> Option<Split<'r>> {
+    let pieces = ctx.placeholders.split(&rendered.prompt, sampled.len())?;
+    let last = pieces[sampled.len()];
+    let history_last = match &rendered.history {
+        History::PromptWithout(generation_prompt) => {
+            &last[..last.len().saturating_sub(*generation_prompt)]
+        }
+        History::Separate(text) => ctx.placeholders.split(text, sampled.len())?[sampled.len()],
+    };
+    let pieces = strip_end_tokens(state, sampled, pieces);
+    let history_last = match sampled.last() {
+        Some(&completion) => strip_end_token(state, completion, history_last),
+        None => history_last,
+    };
+    let next_check = generation_check(history_last, pieces[sampled.len()]);
+    Some(Split { pieces, next_check })
+}
+
+/// A plan from a render of the messages from the last sampled turn's exchange on
+/// ([`super::tail`]), when the conversation allows one.
+#[allow(clippy::too_many_arguments)]
+fn tail_plan(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    matched: &[Option<CompletionId>],
+    digests: &[u64],
+    parser: &dyn ToolParser,
+    metrics: &Metrics,
+) -> Result<Option<Plan>, TurnError> {
+    let render = |kept: &[usize]| -> Result<Option<super::tail::RenderedTail>, TurnError> {
+        let sampled: Vec<CompletionId> = kept.iter().filter_map(|&i| matched[i]).collect();
+        let messages = template_messages(ctx, request, matched, kept.iter().copied(), parser);
+        let rendered = {
+            let _timed = metrics.timed(Stage::Render);
+            render::render_turn(
+                &ctx.template,
+                &ctx.generation_prompts,
+                &TemplateValue::from(messages),
+                request,
+            )?
+        };
+        let Some(Split { pieces, next_check }) = split(ctx, state, &rendered, &sampled) else {
+            return Ok(None);
+        };
+        let piece = pieces[sampled.len()].to_string();
+        Ok(Some(super::tail::RenderedTail {
+            piece,
+            next_check,
+            rendered: RenderedPrompt {
+                text: rendered.prompt,
+                sampled,
+            },
+        }))
+    };
+    super::tail::plan(ctx, state, request, matched, digests, &render)
+}
+
+/// The plan from a render of the whole conversation.
+fn full_plan(
+    ctx: &TurnContext,
+    state: &SessionState,
+    request: &ChatRequest,
+    matched: &[Option<CompletionId>],
+    mode: HistoryMode,
+    parser: &dyn ToolParser,
+    metrics: &Metrics,
+) -> Result<Plan, TurnError> {
+    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+    let messages = template_messages(ctx, request, matched, 0..request.messages.len(), parser);
     let rendered = {
         let _timed = metrics.timed(Stage::Render);
         render::render_turn(
@@ -149,31 +331,15 @@ pub fn prepare(
     let unmatched_assistant = request
         .messages
         .iter()
-        .zip(&matched)
+        .zip(matched)
         .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
-    let Some(pieces) = ctx.placeholders.split(&rendered.prompt, sampled.len()) else {
-        return faithful_fallback(ctx, state, request, &messages, &matched, sampled);
+    let Some(Split { pieces, next_check }) = split(ctx, state, &rendered, &sampled) else {
+        return faithful_fallback(ctx, state, request, &messages, matched, sampled);
     };
-    let last = pieces[sampled.len()];
-    let history_last = match &rendered.history {
-        History::PromptWithout(generation_prompt) => {
-            &last[..last.len().saturating_sub(*generation_prompt)]
-        }
-        History::Separate(text) => match ctx.placeholders.split(text, sampled.len()) {
-            Some(history_pieces) => history_pieces[sampled.len()],
-            None => return faithful_fallback(ctx, state, request, &messages, &matched, sampled),
-        },
-    };
-    let pieces = strip_end_tokens(state, &sampled, pieces);
-    let history_last = match sampled.last() {
-        Some(&completion) => strip_end_token(state, completion, history_last),
-        None => history_last,
-    };
-    let next_check = generation_check(history_last, pieces[sampled.len()]);
 
     if mode == HistoryMode::Template && !sampled.is_empty() {
         return template_mode_plan(
-            ctx, state, request, &messages, &matched, &sampled, &pieces, next_check,
+            ctx, state, request, &messages, matched, &sampled, &pieces, next_check,
         );
     }
 
@@ -236,6 +402,7 @@ pub fn prepare(
             text: rendered.prompt,
             sampled,
         }),
+        conversation: None,
     })
 }
 
@@ -317,7 +484,7 @@ fn find_base(
 }
 
 /// The node that ends with the last of `chain` and holds exactly these completions.
-fn chain_candidate(state: &SessionState, chain: &[CompletionId]) -> Option<usize> {
+pub(super) fn chain_candidate(state: &SessionState, chain: &[CompletionId]) -> Option<usize> {
     let n = *state.tail_of.get(chain.last()?)?;
     let history = &state.nodes[n].history;
     (history.len() == chain.len() && history.iter().zip(chain).all(|(h, c)| h.completion == *c))
@@ -409,6 +576,7 @@ fn template_mode_plan(
                 history,
                 next_check,
                 rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
+                conversation: None,
             });
         }
         let at = node_text
@@ -433,6 +601,7 @@ fn template_mode_plan(
         history,
         next_check,
         rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
+        conversation: None,
     })
 }
 
@@ -524,5 +693,6 @@ fn faithful_fallback(
         history: history_entries(&sampled, &empty_pieces),
         next_check: generation_check("", ""),
         rendered: Some(RenderedPrompt::with_turns_as_text(text)),
+        conversation: None,
     })
 }

@@ -140,7 +140,7 @@ impl Pipeline {
         }
         // Watched from here: an abort while the backend streams open is seen when they have.
         let aborted = session.abort_signal();
-        let plan = self.plan(&session, &guard, &request)?;
+        let plan = self.plan(&session, &guard, &request, super::TailRender::Allowed)?;
         let (opened, calls_before, recorded) =
             match super::replay::recorded(&session, request.key.as_ref()) {
                 Some(done) => (Ok(super::replay::streams(&done)), done.issued_before, true),

@@ -88,5 +88,6 @@ pub fn prepare_text(
         // A raw-text prompt has no chat structure to check on a later chat turn.
         next_check: generation_check("", ""),
         rendered: None,
+        conversation: None,
     })
 }
