@@ -4,7 +4,8 @@
     scripts/plot-growth.py OUT.svg RUN.txt [RUN.txt ...] [--render TURN:MS,...]
 
 Each RUN.txt holds the growth lines `cargo bench --bench load` prints
-("  turn  128    74255 tokens     2.087 ms  (8.6x turn 1)"); each becomes one series. The goal
+("  turn  128    74255 tokens     2.087 ms  (8.6x turn 1)"); each becomes one series, named
+after its file (growth-tail-1.txt: "tail-1"). The goal
 (3x the first run's turn 1) is drawn as a dashed line. `--render` adds the floor an exact
 render sets: the first run's turn 1 plus the growth of the template's render alone (the
 `render_history` bench's medians at those turns), e.g. `--render 1:0.0073,32:0.122,128:0.567`.
@@ -45,6 +46,8 @@ def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
     out, runs = argv[0], [read_run(path) for path in argv[1:]]
+    # Each series is named after its file: growth-tail-1.txt is "tail-1".
+    names = [path.rsplit("/", 1)[-1].removesuffix(".txt").removeprefix("growth-") for path in argv[1:]]
 
     first = runs[0][0][2]
     goal = 3 * first
@@ -97,7 +100,8 @@ def main(argv):
         colour = COLOURS[n % len(COLOURS)]
         series([(t, ms) for t, _, ms in run], colour, 'stroke-width="2"')
         end = run[-1]
-        legend.append((colour, "", f"run {n + 1}: turn {end[0]} = {end[2] / run[0][2]:.1f}x turn 1"))
+        name = names[n]
+        legend.append((colour, "", f"{name}: turn {end[0]} = {end[2] / run[0][2]:.1f}x turn 1"))
 
     for i, (colour, dash, label) in enumerate(legend):
         ly = TOP + 10 + 20 * i
