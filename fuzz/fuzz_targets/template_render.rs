@@ -11,8 +11,7 @@ use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
-use rollout_proxy::turn::segments::Placeholders;
-use rollout_proxy::turn::{TurnContext, prepare};
+use rollout_proxy::turn::{TailRender, TurnContext, prepare};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -21,12 +20,10 @@ fn context() -> &'static TurnContext {
     static CONTEXT: OnceLock<TurnContext> = OnceLock::new();
     CONTEXT.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cache/qwen3");
-        TurnContext {
-            template: Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
-            tokenizer: Arc::new(Tokenizer::from_path(&dir).unwrap()),
-            placeholders: Placeholders::new(),
-            generation_prompts: Default::default(),
-        }
+        TurnContext::new(
+            Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
+            Arc::new(Tokenizer::from_path(&dir).unwrap()),
+        )
     })
 }
 
@@ -56,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let ctx = context();
-    if let Ok(plan) = prepare(ctx, &SessionState::default(), &request, HistoryMode::Sampled, &HermesParser, &Default::default()) {
+    if let Ok(plan) = prepare(ctx, &SessionState::default(), &request, HistoryMode::Sampled, &HermesParser, &Default::default(), TailRender::Allowed) {
         let _ = ctx.tokenizer.decode(&plan.prompt_ids);
     }
 });
