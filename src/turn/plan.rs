@@ -1,8 +1,9 @@
 //! Building a turn's prompt: the request's messages → prompt ids that extend the session's
 //! node, and what to record once the reply is sampled.
 //!
-//! [`prepare`] is pure (it reads the session, writes nothing), so `/render` shows exactly what
-//! a real call would send, and a failed backend call leaves the session untouched.
+//! [`prepare`] reads the session and writes nothing to it (it only counts its tail-only
+//! renders, [`super::tail`]), so `/render` shows exactly what a real call would send, and a
+//! failed backend call leaves the session untouched.
 //!
 //! How the prompt is built (template-agnostic, no per-model code):
 //! 1. assistant messages that are completions this session sampled are found
@@ -13,6 +14,9 @@
 //!    between its completions still renders as it did; the new prompt is that node's ids plus
 //!    the tokens of the text after the last placeholder (minus an end token the model already
 //!    sampled), else a new node starts and records why.
+//!
+//! When the conversation up to its last sampled turn is unchanged, step 2 renders only its end
+//! ([`TailRender`], [`super::tail`]).
 
 use super::render::{self, History};
 use super::segments::{exact_check, generation_check, verify};
@@ -125,7 +129,8 @@ pub enum TailRender {
 }
 
 /// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
-/// session's tool-call format. Rendering and tokenizing are timed in `metrics`.
+/// session's tool-call format; `tail` whether only the conversation's end may be rendered.
+/// Rendering and tokenizing are timed in `metrics`.
 pub fn prepare(
     ctx: &TurnContext,
     state: &SessionState,
