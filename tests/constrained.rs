@@ -195,6 +195,33 @@ async fn responses_text_format_is_enforced_too() {
 }
 
 #[tokio::test]
+async fn text_completions_take_response_format_too() {
+    let (tokenizer, proxy) = qwen3_proxy();
+    let uuid = proxy.session(json!({})).await;
+    proxy
+        .worker
+        .push_sample(Sample::stop(tokenizer.encode("{}<|im_end|>").unwrap()));
+    let body = json!({"prompt": "JSON please:", "max_tokens": 8,
+        "response_format": {"type": "json_object"}});
+    let (status, reply) = proxy.post(&format!("/{uuid}/v1/completions"), body).await;
+    assert_eq!(status, 200, "{reply}");
+    let sent = proxy.worker.requests().pop().unwrap();
+    assert_eq!(
+        sent["sampling_params"]["json_schema"],
+        "{\"type\":\"object\"}"
+    );
+    let bad = json!({"prompt": "x", "response_format": {"type": "yaml"}});
+    let (status, error) = proxy.post(&format!("/{uuid}/v1/completions"), bad).await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("response_format")
+    );
+}
+
+#[tokio::test]
 async fn anthropic_any_is_enforced_too() {
     let (tokenizer, proxy) = qwen3_proxy();
     let uuid = proxy.session(json!({})).await;

@@ -61,11 +61,16 @@ pub fn for_request(
     if forced && !callable.is_empty() {
         return forced_call(request, &callable, format, thinks).map(Some);
     }
-    Ok(match &request.response_format {
+    Ok(for_response_format(&request.response_format))
+}
+
+/// The constraint a `response_format` asks for, if any.
+pub fn for_response_format(format: &ResponseFormat) -> Option<Constraint> {
+    match format {
         ResponseFormat::Text => None,
         ResponseFormat::JsonObject => Some(Constraint::JsonSchema(json!({"type": "object"}))),
         ResponseFormat::JsonSchema(schema) => Some(Constraint::JsonSchema(schema.clone())),
-    })
+    }
 }
 
 fn forced_call(

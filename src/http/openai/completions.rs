@@ -2,6 +2,7 @@
 //! extends the node whose ids or text it starts with).
 
 use super::envelope;
+use crate::chat::ResponseFormat;
 use crate::chat::request::{MAX_N, MAX_TOP_LOGPROBS, StopField};
 use crate::generation::SamplingParams;
 use crate::http::body::read_json;
@@ -30,6 +31,8 @@ pub struct CompletionBody {
     stream: Option<bool>,
     /// Add `prompt_token_ids` to each choice (as in vLLM).
     return_token_ids: Option<bool>,
+    /// `json_schema` / `json_object`, enforced as for chat (as vLLM's completions take it).
+    response_format: Option<Value>,
 }
 
 /// One `text_completion` choice.
@@ -121,7 +124,10 @@ pub async fn completions(
         seed: body.seed,
         stop: StopField::list(body.stop),
         top_logprobs: body.logprobs,
-        constraint: None,
+        constraint: crate::grammar::for_response_format(
+            &ResponseFormat::parse(body.response_format.as_ref())
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        ),
     };
     let output = state
         .pipeline
