@@ -34,6 +34,7 @@ pub mod reply;
 pub mod segments;
 pub mod stream;
 mod tail;
+mod template_history;
 mod text_prompt;
 
 pub use commit::commit;
