@@ -184,12 +184,7 @@ async fn tool_call_outcomes_are_counted_per_format() {
         };
         assert_eq!(status, 200);
     }
-    let text = reqwest::get(format!("{}/metrics", proxy.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = proxy.metrics_text().await;
     let samples = parse_with_prometheus_client(&text, "tool-calls");
     for (outcome, count) in [("promoted", 2.0), ("healed", 1.0), ("left_as_text", 1.0)] {
         let key = format!("rollout_tool_calls_total{{outcome={outcome},parser=hermes}}");

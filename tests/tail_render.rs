@@ -15,12 +15,7 @@ use std::path::Path;
 
 /// The counts of `rollout_tail_renders_total` by outcome.
 async fn tail_renders(proxy: &Proxy) -> (u64, u64, u64) {
-    let text = reqwest::get(format!("{}/metrics", proxy.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = proxy.metrics_text().await;
     let count = |outcome: &str| {
         text.lines()
             .find_map(|line| {

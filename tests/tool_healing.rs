@@ -296,12 +296,7 @@ async fn calls_in_another_format_than_the_sessions_are_healed() {
         node["metadata"]["turns"][0]["healed_calls"],
         json!([{"id": streamed[0]["id"], "format": "qwen3_coder"}])
     );
-    let metrics = reqwest::get(format!("{}/metrics", proxy.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = proxy.metrics_text().await;
     assert!(
         metrics.contains(r#"rollout_tool_calls_total{parser="hermes",outcome="healed"} 3"#),
         "{metrics}"

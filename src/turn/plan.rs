@@ -124,7 +124,9 @@ pub enum TailRender {
     /// When the template allows it and the conversation before the last sampled turn is
     /// unchanged; every [`super::tail::VERIFY_EVERY`]th such turn is also rendered in full.
     Allowed,
-    /// Always in full (`/render` shows the template's whole output).
+    /// Always in full (`/render` shows the template's whole output; `check-template` compares
+    /// its sessions' full renders with tail-only ones). The conversation is still remembered
+    /// with what the turn samples, so a later turn may render tail-only.
     Never,
 }
 
@@ -141,13 +143,20 @@ pub fn prepare(
     tail: TailRender,
 ) -> Result<Plan, TurnError> {
     let matched = matching::match_completions(state, &request.messages);
-    let digests = super::tail::prefix_digests(request);
-    let conversation = Some(ConversationDigest {
-        messages: request.messages.len(),
-        digest: digests[request.messages.len()],
-    });
     let tail_allowed =
         tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
+    // The digests only serve tail renders (this one, and a later turn's): a session that
+    // renders in full for good (`--full-render`, a template proved non-local) skips them.
+    let remembers =
+        mode == HistoryMode::Sampled && (tail == TailRender::Never || ctx.tail_renders());
+    let digests = match remembers {
+        true => super::tail::prefix_digests(request),
+        false => Vec::new(),
+    };
+    let conversation = digests.last().map(|&digest| ConversationDigest {
+        messages: request.messages.len(),
+        digest,
+    });
     if tail_allowed
         && let Some(plan) = tail_plan(ctx, state, request, &matched, &digests, parser, metrics)?
     {

@@ -434,6 +434,16 @@ impl Proxy {
         self.chat(uuid, body).await
     }
 
+    /// `GET /metrics`: Prometheus' text.
+    pub async fn metrics_text(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn render(&self, uuid: &str, body: Value) -> Value {
         let (status, data) = self
             .post(&format!("/{uuid}/v1/chat/completions/render"), body)
