@@ -90,7 +90,7 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
             generation,
             backend: "bench".into(),
         };
-        commit(&mut state, &plan, &[choice], &Default::default(), false);
+        commit(&mut state, &plan, &[choice], &Default::default(), None);
         messages.push(json!({"role": "assistant", "content": answer_text}));
         turn += 1;
         if state.nodes[0].len() >= target {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real agent clients the end-to-end tests drive, pinned, into a cache outside the
-# clone: Claude Code and Codex (npm), and a venv with the official anthropic + openai Python SDKs.
+# clone: Claude Code and Codex (npm), and a venv with the official anthropic + openai Python SDKs
+# and the agent frameworks LangChain, LangGraph and the Agents SDK.
 # Idempotent: a stamp file records the pinned versions, so a warm run only prints the paths.
 # Prints shell-friendly `NAME=path` lines on stdout (eval-able); progress goes to stderr.
 #
@@ -11,10 +12,17 @@ claude_code=2.1.332
 codex=0.171.0
 anthropic_py=2.17.0
 openai_py=3.63.0
+# The agent frameworks of tests/clients/framework_loops.py.
+langchain_openai=1.8.1
+langchain=1.5.2
+langgraph=1.2.24
+openai_agents=0.24.0
 
 dir="${ROLLOUT_PROXY_AGENTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rollout-proxy/agents}"
 stamp="$dir/.stamp"
 want="claude-code=$claude_code codex=$codex anthropic=$anthropic_py openai=$openai_py"
+want="$want langchain-openai=$langchain_openai langchain=$langchain langgraph=$langgraph"
+want="$want openai-agents=$openai_agents"
 npm_dir="$dir/npm"
 venv="$dir/venv"
 # Both native binaries come from optional platform packages. Claude's own bin/claude.exe is a
@@ -57,12 +65,14 @@ done
 
 echo "creating venv with anthropic==$anthropic_py openai==$openai_py" >&2
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet "anthropic==$anthropic_py" "openai==$openai_py" >&2
+"$venv/bin/pip" install --quiet "anthropic==$anthropic_py" "openai==$openai_py" \
+  "langchain-openai==$langchain_openai" "langchain==$langchain" "langgraph==$langgraph" \
+  "openai-agents==$openai_agents" >&2
 
 # Smoke-check that every client actually runs before recording the install as done.
 "$claude_native" --version >&2
 "$npm_dir/node_modules/.bin/codex" --version >&2
-"$venv/bin/python" -c 'import anthropic, openai' >&2
+"$venv/bin/python" -c 'import anthropic, openai, langchain_openai, langgraph, agents' >&2
 
 echo "$want" >"$stamp"
 print_paths

@@ -74,8 +74,12 @@ pub struct Settings {
     pub max_session_tokens: Option<u32>,
     /// Every route but `GET /health` needs this key.
     pub api_key: Option<String>,
-    /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) need this key.
+    /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`, ...) need this key.
     pub admin_key: Option<String>,
+    /// Web origins whose pages may call the routes that change state (`*`: any).
+    pub allow_origins: Vec<String>,
+    /// Host names a loopback-bound proxy answers to besides the loopback names.
+    pub allow_hosts: Vec<String>,
     /// Render every turn's whole conversation (no tail-only renders; `--full-render`).
     pub full_render: bool,
 }
@@ -244,6 +248,7 @@ impl Settings {
             journal: journal.clone(),
             draining: Default::default(),
             keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
+            origins: crate::http::guard::Origins::new(&self.allow_origins, &self.allow_hosts),
             default_max_tokens: self
                 .default_max_tokens
                 .or(self.config.default_max_tokens)

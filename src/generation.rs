@@ -30,6 +30,62 @@ pub struct SamplingParams {
     pub constraint: Option<Constraint>,
 }
 
+/// Highest temperature accepted (OpenAI's is 2, Anthropic's 1; vLLM and SGLang take more, up
+/// to a point).
+pub const MAX_TEMPERATURE: f64 = 100.0;
+/// Most alternatives per position (OpenAI's limit, and vLLM's default `max_logprobs`).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+/// Most stop strings per request, and the longest one (each sampled token is checked against
+/// them all).
+pub const MAX_STOP: usize = 64;
+/// The longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 4096;
+
+impl SamplingParams {
+    /// Refuses what no backend accepts (the ranges OpenAI, Anthropic, vLLM and SGLang
+    /// document, taken together): a 400 naming the field. Each API's adapter narrows its own
+    /// fields further where its API does (Anthropic's temperature is at most 1).
+    pub fn check(&self) -> Result<(), String> {
+        let unit = |name: &str, value: Option<f64>| match value {
+            Some(v) if !(0.0..=1.0).contains(&v) => {
+                Err(format!("'{name}' must be in [0, 1], not {v}"))
+            }
+            _ => Ok(()),
+        };
+        if let Some(t) = self.temperature
+            && !(0.0..=MAX_TEMPERATURE).contains(&t)
+        {
+            return Err(format!(
+                "'temperature' must be between 0 and {MAX_TEMPERATURE}, not {t}"
+            ));
+        }
+        unit("top_p", self.top_p)?;
+        unit("min_p", self.min_p)?;
+        if let Some(k) = self.top_k
+            && !(-1..=i64::from(i32::MAX)).contains(&k)
+        {
+            return Err(format!(
+                "'top_k' must be -1 or 0 (no limit) or a positive count, not {k}"
+            ));
+        }
+        if self.max_tokens == Some(0) {
+            return Err("'max_tokens' must be at least 1".into());
+        }
+        if self.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(format!("'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"));
+        }
+        if self.stop.len() > MAX_STOP {
+            return Err(format!("at most {MAX_STOP} stop strings are accepted"));
+        }
+        if self.stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(format!(
+                "a stop string may be at most {MAX_STOP_BYTES} bytes"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a sample must be, enforced by the backend's constrained decoding
 /// ([`crate::grammar`] builds it from the request).
 #[derive(Debug, Clone, PartialEq)]

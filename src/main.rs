@@ -150,10 +150,18 @@ struct ServeArgs {
     /// Every route but `GET /health` then needs `Authorization: Bearer KEY` (or `x-api-key`).
     #[arg(long, env = "ROLLOUT_PROXY_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// The operator routes (`POST /setup`, `GET /servers`, `GET /sessions`) then need this
-    /// key instead.
+    /// The operator routes (`POST /setup`, `/pause`, `/resume`, `/weight_version`, `GET
+    /// /servers`, `/sessions`, `/export`, `/metrics`) then need this key instead.
     #[arg(long, env = "ROLLOUT_PROXY_ADMIN_KEY", hide_env_values = true)]
     admin_key: Option<String>,
+    /// A web origin (`https://host:port`) whose pages may call the routes that change state;
+    /// repeat it for several, `*` for any. Without it only the proxy's own pages may.
+    #[arg(long = "allow-origin")]
+    allow_origins: Vec<String>,
+    /// A host name a proxy listening on a loopback address also answers to (besides
+    /// `localhost`, `127.0.0.1` and `[::1]`); repeat it for several.
+    #[arg(long = "allow-host")]
+    allow_hosts: Vec<String>,
     /// The model's context window in tokens, for backends the proxy cannot ask: `max_tokens`
     /// is lowered to what a prompt leaves of it (clients such as Claude Code ask for 128000).
     #[arg(long)]
@@ -169,12 +177,25 @@ fn parse_kind(value: &str) -> Result<BackendKind, String> {
         .ok_or_else(|| format!("unknown backend type '{value}' (vllm, sglang, llamacpp or openai)"))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
     rollout_proxy::memory::limit_arenas();
     let args = match Cli::parse().command {
         Command::Serve(args) => *args,
         Command::CheckTemplate(args) => std::process::exit(check_template(args)),
     };
+    match serve(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The reason, as a sentence: it says what to fix (a data directory in use names
+            // the process holding it).
+            eprintln!("rollout-proxy: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until stopped (drained on a signal).
+fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let otlp = init_tracing(args.otlp_endpoint.as_deref())?;
     let config = match &args.config {
         Some(path) => ConfigFile::read(path)?,
@@ -215,6 +236,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         full_render: args.full_render,
         api_key: args.api_key,
         admin_key: args.admin_key,
+        allow_origins: args.allow_origins,
+        allow_hosts: args.allow_hosts,
     };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {

@@ -1,6 +1,7 @@
 //! `GET /metrics`: what the proxy does, in Prometheus' text format (the `prometheus-client`
 //! crate): turns and tokens by API and backend, time per stage of a turn, node divergences by
-//! reason, failed turns by cause, tool-call markup by format and outcome; and, read at scrape
+//! reason, failed turns by cause, tool-call markup by format and outcome, calls handed back
+//! changed but recognised; and, read at scrape
 //! time, each backend's health, requests in
 //! flight, errors and retries, the live sessions, turns under way and at a backend, and the
 //! journal's size.
@@ -89,6 +90,11 @@ struct OutcomeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabel {
+    change: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabel {
     api: &'static str,
     cause: &'static str,
@@ -105,6 +111,7 @@ pub struct Metrics {
     failures: Family<FailureLabel, Counter>,
     tool_calls: Family<ToolCallLabel, Counter>,
     tail_renders: Family<OutcomeLabel, Counter>,
+    echoed_calls: Family<ChangeLabel, Counter>,
 }
 
 /// The tokens of one recorded turn.
@@ -130,6 +137,7 @@ impl Default for Metrics {
         let failures = Family::default();
         let tool_calls = Family::default();
         let tail_renders = Family::default();
+        let echoed_calls = Family::default();
         let mut registry = Registry::with_prefix("rollout");
         registry.register("turns", "Turns recorded", turns.clone());
         registry.register("tokens", "Tokens of recorded turns", tokens.clone());
@@ -155,6 +163,12 @@ impl Default for Metrics {
              verified (a full render agreed), mismatch (it did not; the full one was used)",
             tail_renders.clone(),
         );
+        registry.register(
+            "echoed_calls_changed",
+            "Tool calls a client handed back changed but recognised (the sampled ids stand), by \
+             change: formatting, defaults",
+            echoed_calls.clone(),
+        );
         Self {
             registry,
             turns,
@@ -164,6 +178,7 @@ impl Default for Metrics {
             failures,
             tool_calls,
             tail_renders,
+            echoed_calls,
         }
     }
 }
@@ -222,6 +237,13 @@ impl Metrics {
     pub fn tail_render(&self, outcome: &'static str) {
         self.tail_renders
             .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A call handed back with `change` (see `crate::tools::echo`), still recognised.
+    pub fn echoed_call(&self, change: &'static str) {
+        self.echoed_calls
+            .get_or_create(&ChangeLabel { change })
             .inc();
     }
 

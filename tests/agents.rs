@@ -41,14 +41,9 @@ type Log = Arc<Mutex<Vec<(Vec<u32>, Vec<u32>)>>>;
 /// calls the tool the request declares (`call` picks the call from the prompt's text), and
 /// once the prompt ends with the tool's result, answers with what the result said.
 fn proxy_with_model(call: impl Fn(&str) -> String + Send + Sync + 'static) -> (Proxy, Log) {
-    let tok = Arc::new(Tokenizer::from_path(&fixture_model("qwen3")).unwrap());
-    let log: Log = Default::default();
-    let worker = MockWorker::start(Wire::Sglang);
-    let (seen, tokenizer) = (log.clone(), tok.clone());
-    worker.respond_with(Arc::new(move |prompt: &[u32]| {
-        let text = tokenizer.decode(prompt);
+    proxy_with_script(move |text| {
         let last_user = text.rsplit("<|im_start|>user").next().unwrap_or("");
-        let reply = match last_user.split_once("<tool_response>") {
+        match last_user.split_once("<tool_response>") {
             Some((_, result)) => {
                 let secret = result
                     .split("secret word is ")
@@ -59,10 +54,21 @@ fn proxy_with_model(call: impl Fn(&str) -> String + Send + Sync + 'static) -> (P
             }
             None => format!(
                 "Let me check.\n<tool_call>\n{}\n</tool_call><|im_end|>",
-                call(&text)
+                call(text)
             ),
-        };
-        let ids = tokenizer.encode(&reply).unwrap();
+        }
+    })
+}
+
+/// A proxy (Qwen3's tokenizer and template) before an upstream whose every reply `reply`
+/// writes from the prompt's text.
+fn proxy_with_script(reply: impl Fn(&str) -> String + Send + Sync + 'static) -> (Proxy, Log) {
+    let tok = Arc::new(Tokenizer::from_path(&fixture_model("qwen3")).unwrap());
+    let log: Log = Default::default();
+    let worker = MockWorker::start(Wire::Sglang);
+    let (seen, tokenizer) = (log.clone(), tok.clone());
+    worker.respond_with(Arc::new(move |prompt: &[u32]| {
+        let ids = tokenizer.encode(&reply(&tokenizer.decode(prompt))).unwrap();
         seen.lock().unwrap().push((prompt.to_vec(), ids.clone()));
         Sample::stop(ids)
     }));
@@ -157,6 +163,72 @@ async fn claude_code_completes_a_tool_task_in_one_node() {
     assert_sampled_by_upstream(&nodes[0], &log);
 }
 
+/// Claude Code hands its `Edit` calls back with the schema's default `"replace_all": false`
+/// filled in: the rollout stays one node, and the turn after says so.
+#[tokio::test]
+async fn claude_codes_edit_comes_back_with_its_default_and_stays_one_node() {
+    let clients = clients();
+    let dir = workspace("agents-claude-edit");
+    let notes = dir.join("work/notes.txt");
+    let file = notes.display().to_string();
+    let (proxy, log) = proxy_with_script(move |text| {
+        let last_user = text.rsplit("<|im_start|>user").next().unwrap_or("");
+        let call = |name: &str, arguments: Value| {
+            let call = json!({"name": name, "arguments": arguments});
+            format!("<tool_call>\n{call}\n</tool_call><|im_end|>")
+        };
+        match last_user.split_once("<tool_response>") {
+            None => call("Read", json!({"file_path": file})),
+            Some((_, result)) if result.contains("PAPAYA") => call(
+                "Edit",
+                json!({"file_path": file, "old_string": "PAPAYA", "new_string": "MANGO"}),
+            ),
+            Some(_) => "Done: the secret word is now MANGO.<|im_end|>".into(),
+        }
+    });
+    let uuid = proxy.session(json!({})).await;
+    let mut claude = Command::new(&clients.claude);
+    claude.args([
+        "-p",
+        "Replace the secret word in notes.txt with MANGO. Read it, then Edit it.",
+        "--max-turns",
+        "6",
+        "--allowedTools",
+        "Read,Edit",
+    ]);
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let stdout = run(
+        claude,
+        &dir.join("work"),
+        &[
+            ("HOME", home.display().to_string()),
+            ("ANTHROPIC_BASE_URL", format!("{}/{uuid}", proxy.url)),
+            ("ANTHROPIC_API_KEY", "test".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ],
+    );
+    assert!(stdout.contains("MANGO"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap(),
+        "The secret word is MANGO\n"
+    );
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(
+        nodes.len(),
+        1,
+        "one node: {:?}",
+        nodes.get(1).map(|n| &n["metadata"]["divergence"])
+    );
+    let turns = &nodes[0]["metadata"]["turns"];
+    assert_eq!(turns.as_array().unwrap().len(), 3, "{turns}");
+    let edit_echo = &turns[2]["echoed_calls"][0];
+    assert_eq!(edit_echo["change"], "defaults", "{turns}");
+    assert_eq!(edit_echo["keys"], json!(["+replace_all"]));
+    assert_sampled_by_upstream(&nodes[0], &log);
+}
+
 #[tokio::test]
 async fn codex_completes_a_tool_task_in_one_node() {
     let clients = clients();
@@ -200,18 +272,16 @@ async fn codex_completes_a_tool_task_in_one_node() {
     assert_sampled_by_upstream(&nodes[0], &log);
 }
 
-#[tokio::test]
-async fn the_python_sdks_run_tool_loops_one_node_each() {
-    let clients = clients();
-    let (proxy, log) = proxy_with_model(|_| {
-        json!({"name": "lookup", "arguments": {"query": "secret"}}).to_string()
-    });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/sdk_tool_loops.py");
-    let output = Command::new(&clients.python)
+/// Runs `tests/clients/{script}` against the proxy: the session of each scenario it ran.
+fn python_scenarios(python: &Path, script: &str, proxy: &Proxy) -> Vec<(String, String)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let output = Command::new(python)
         .arg(script)
         .arg(&proxy.url)
         .output()
-        .expect("run the SDK script");
+        .expect("run the client script");
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(
         output.status.success(),
@@ -219,12 +289,63 @@ async fn the_python_sdks_run_tool_loops_one_node_each() {
         String::from_utf8_lossy(&output.stderr)
     );
     let sessions: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let sessions = sessions.as_object().unwrap();
+    sessions
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(scenario, uuid)| (scenario.clone(), uuid.as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_python_sdks_run_tool_loops_one_node_each() {
+    let clients = clients();
+    let (proxy, log) = proxy_with_model(|_| {
+        json!({"name": "lookup", "arguments": {"query": "secret"}}).to_string()
+    });
+    let sessions = python_scenarios(&clients.python, "sdk_tool_loops.py", &proxy);
     assert_eq!(sessions.len(), 4, "{sessions:?}");
     for (scenario, uuid) in sessions {
-        let nodes = proxy.nodes(uuid.as_str().unwrap()).await;
+        let nodes = proxy.nodes(&uuid).await;
         assert_eq!(nodes.len(), 1, "{scenario}: one node");
         assert_eq!(nodes[0]["metadata"]["num_turns"], 2, "{scenario}");
+        assert_sampled_by_upstream(&nodes[0], &log);
+    }
+}
+
+/// LangChain, LangGraph, the Agents SDK and the OpenAI SDK's ways of handing a call back (see
+/// `tests/echoes.rs` for each habit's exact shape): every rollout one node, and the calls
+/// LangChain re-serialises recorded as such.
+#[tokio::test]
+async fn agent_frameworks_hand_calls_back_their_way_and_stay_one_node() {
+    let clients = clients();
+    let (proxy, log) = proxy_with_model(|_| {
+        json!({"name": "lookup", "arguments": {"query": "secret"}}).to_string()
+    });
+    let sessions = python_scenarios(&clients.python, "framework_loops.py", &proxy);
+    assert_eq!(sessions.len(), 8, "{sessions:?}");
+    for (scenario, uuid) in sessions {
+        let nodes = proxy.nodes(&uuid).await;
+        assert_eq!(
+            nodes.len(),
+            1,
+            "{scenario}: {:?}",
+            nodes.get(1).map(|n| &n["metadata"]["divergence"])
+        );
+        let turns = &nodes[0]["metadata"]["turns"];
+        assert_eq!(turns.as_array().unwrap().len(), 2, "{scenario}");
+        // LangChain writes the arguments with `json.dumps`: `{"query": "secret"}`.
+        let changes: Vec<&str> = turns[1]["echoed_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|change| change["change"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = match scenario.as_str() {
+            "langchain chat" | "langgraph create_agent" => &["formatting"],
+            _ => &[],
+        };
+        assert_eq!(changes, expected, "{scenario}: {turns}");
         assert_sampled_by_upstream(&nodes[0], &log);
     }
 }

@@ -44,6 +44,18 @@ async fn bad_requests_are_400_and_change_nothing() {
         .await;
     assert_eq!(status, 400);
     assert_openai_error(&data);
+    // A body must be an object: serde would read `[]` as a struct of defaults.
+    let (_, listed) = proxy.get("/sessions").await;
+    for body in ["[]", "[false]", "5", "\"x\"", "null"] {
+        let (status, data) = proxy.post_raw("/sessions/create", body.into()).await;
+        assert_eq!(status, 400, "{body} → {data}");
+        assert_openai_error(&data);
+    }
+    assert_eq!(
+        proxy.get("/sessions").await.1,
+        listed,
+        "no session was created"
+    );
     let (status, data) = proxy
         .post_raw(
             &path,
@@ -156,4 +168,32 @@ async fn backend_failures_map_to_gateway_errors_and_keep_the_session() {
     proxy.worker.push_sample(Sample::stop(chars("again")));
     assert_eq!(proxy.chat(&uuid, next).await.0, 200);
     assert_eq!(proxy.nodes(&uuid).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_forced_call_needing_a_huge_grammar_is_refused() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    // Non-ASCII names all sanitise to one rule name: naming them once took quadratic time.
+    let properties: serde_json::Map<String, serde_json::Value> = (0..20_000)
+        .map(|i| (format!("ñ{i}"), json!({"type": "string"})))
+        .collect();
+    let body = json!({"messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object", "properties": properties}}}],
+        "tool_choice": "required"});
+    let (status, data) = proxy
+        .post(&format!("/{uuid}/v1/chat/completions"), body)
+        .await;
+    assert_eq!(status, 400, "{data}");
+    assert_openai_error(&data);
+    assert!(
+        data["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool_choice: "),
+        "{data}"
+    );
+    assert!(proxy.worker.requests().is_empty());
+    assert!(proxy.nodes(&uuid).await.is_empty());
 }

@@ -28,6 +28,9 @@ fn bad_for(kind: &str) -> Vec<Value> {
         "string" => vec![json!(5), json!(true), json!([]), json!({})],
         "object" => objects.to_vec(),
         "strings" => vec![json!("x"), json!(5), json!([1]), json!({})],
+        // Out of every backend's range (vLLM and SGLang: -1 or 0 is off).
+        "top_k" => vec![json!(-2), json!(-100), json!(1e12), json!("x"), json!(1.5)],
+        "unit" => vec![json!(-0.1), json!(1.5), json!("x"), json!([])],
         _ => unreachable!("{kind}"),
     }
 }
@@ -64,6 +67,8 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
             ("add_generation_prompt", "bool"),
             ("seed", "int"),
             ("top_k", "int"),
+            ("top_k", "top_k"),
+            ("min_p", "unit"),
         ],
     );
     let completions = format!("/{uuid}/v1/completions");
@@ -76,6 +81,8 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
             ("top_p", "float"),
             ("n", "count"),
             ("logprobs", "count"),
+            ("top_k", "top_k"),
+            ("min_p", "unit"),
         ],
     );
     let messages = format!("/{uuid}/v1/messages");
@@ -90,6 +97,7 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
             ("stream", "bool"),
             ("stop_sequences", "strings"),
             ("model", "string"),
+            ("top_k", "top_k"),
         ],
     );
     let responses = format!("/{uuid}/v1/responses");
@@ -123,6 +131,11 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
         json!([{"role": "assistant", "tool_calls": [{"function": {"name": 5}}]}]),
         json!([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}]),
         json!([{"role": "user", "tool_calls": []}]),
+        // A tool result must say which call it answers; a name is a string.
+        json!([{"role": "user", "content": "hi"}, {"role": "tool", "content": "72F"}]),
+        json!([{"role": "tool", "content": "72F", "tool_call_id": 5}]),
+        json!([{"role": "user", "content": "hi", "name": 5}]),
+        json!([{"role": "user", "content": "hi", "name": {"first": "a"}}]),
     ];
     for m in bad_messages {
         cases.push((chat.clone(), json!({"messages": m})));
@@ -142,6 +155,35 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
             json!({"messages": user, "tool_choice": choice}),
         ));
     }
+    // A forced call to a tool that is not declared, or with no tools at all; limits no backend
+    // goes past.
+    let weather = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    for extra in [
+        json!({"tools": weather, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+        json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+        json!({"tool_choice": "required"}),
+        json!({"max_tokens": 0}),
+        json!({"max_completion_tokens": 0}),
+        json!({"stop": vec!["x"; 65]}),
+        json!({"stop": "x".repeat(5000)}),
+        json!({"temperature": -0.5}),
+        json!({"top_p": 1.01}),
+    ] {
+        let mut body = json!({"messages": user});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        cases.push((chat.clone(), body));
+    }
+    cases.push((
+        completions.clone(),
+        json!({"prompt": "hi", "max_tokens": 0}),
+    ));
+    cases.push((
+        completions.clone(),
+        json!({"prompt": "hi", "stop": vec!["x"; 65]}),
+    ));
     for prompt in [
         json!(5),
         json!([-1]),
@@ -171,6 +213,10 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
         json!({"max_tokens": 8, "messages": user, "system": [{"type": "image"}]}),
         json!({"max_tokens": 8, "messages": user, "tools": "x"}),
         json!({"max_tokens": 0, "messages": user}),
+        json!({"max_tokens": 8, "messages": user, "tool_choice": {"type": "tool", "name": "nope"},
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}),
+        json!({"max_tokens": 8, "messages": user, "tool_choice": {"type": "any"}}),
+        json!({"max_tokens": 8, "messages": user, "temperature": 1.5}),
     ];
     for body in bad_anthropic {
         cases.push((messages.clone(), body));
@@ -192,6 +238,10 @@ fn corpus(uuid: &str) -> Vec<(String, Value)> {
         json!({"input": "hi", "tool_choice": {"type": "function"}}),
         json!({"input": "hi", "previous_response_id": "resp_unknown"}),
         json!({"input": "hi", "tools": "x"}),
+        json!({"input": "hi", "tool_choice": {"type": "function", "name": "nope"},
+            "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]}),
+        json!({"input": "hi", "tool_choice": "required"}),
+        json!({"input": "hi", "max_output_tokens": 0}),
     ];
     for body in bad_responses {
         cases.push((responses.clone(), body));

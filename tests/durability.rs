@@ -10,19 +10,28 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 
-/// A `serve` process on `port` journaling into `dir`, before `upstream`.
-async fn serve(dir: &Path, port: u16, upstream: &str) -> KillOnDrop {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+/// The `serve` command on `port` journaling into `dir`, before `upstream`.
+fn command(dir: &Path, port: u16, upstream: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"));
+    command
         .args(["serve", "--port", &port.to_string(), "--workers", "1"])
         .arg("--tokenizer")
         .arg(char_model_dir())
         .args(["--backend", upstream, "--backend-type", "sglang"])
         .arg("--data-dir")
         .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = KillOnDrop(child);
+        .stdout(std::process::Stdio::null());
+    command
+}
+
+/// A `serve` process on `port` journaling into `dir`, before `upstream`.
+async fn serve(dir: &Path, port: u16, upstream: &str) -> KillOnDrop {
+    started(command(dir, port, upstream), port).await
+}
+
+/// `command` started, once it answers.
+async fn started(mut command: std::process::Command, port: u16) -> KillOnDrop {
+    let server = KillOnDrop(command.spawn().unwrap());
     wait_for_health(&reqwest::Client::new(), &format!("http://127.0.0.1:{port}")).await;
     server
 }
@@ -66,6 +75,16 @@ impl Client {
             response.status()
         );
         response.json().await.unwrap()
+    }
+
+    async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
     }
 
     async fn nodes_text(&self, uuid: &str) -> (u16, String) {
@@ -441,4 +460,160 @@ async fn a_reward_survives_a_restart() {
     // Everything but the last-use time reads back the same.
     let without_use = |text: &str| text.split("\"last_accessed\"").next().unwrap().to_string();
     assert_eq!(without_use(&after), without_use(&before));
+}
+
+#[tokio::test]
+async fn a_second_proxy_on_the_same_data_dir_is_refused_naming_the_first() {
+    let (dir, worker, port, client) = setup("durability-lock");
+    let first = serve(&dir, port, &worker.url).await;
+    let uuid = client.session().await;
+    client.turn(&uuid, &mut Vec::new(), "mine").await;
+    let (_, before) = client.nodes_text(&uuid).await;
+    let journal = std::fs::read(dir.join("journal")).unwrap();
+    let second = command(&dir, free_port(), &worker.url)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    let holder = format!("in use by rollout-proxy pid {}", first.0.id());
+    assert!(said.contains(&holder), "{said}");
+    assert_eq!(
+        std::fs::read(dir.join("journal")).unwrap(),
+        journal,
+        "not a byte written"
+    );
+    assert_eq!(client.nodes_text(&uuid).await, (200, before));
+}
+
+/// Sets the soft limit on the size of files process `pid` writes (`None`: no limit).
+fn limit_file_size(pid: u32, bytes: Option<u64>) {
+    let limit = libc::rlimit {
+        rlim_cur: bytes.unwrap_or(libc::RLIM_INFINITY),
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a plain system call on another process's limits, with a valid struct.
+    let done = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(done, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+#[tokio::test]
+async fn a_turn_refused_for_a_full_disk_leaves_no_byte_behind() {
+    let (dir, worker, port, client) = setup("durability-full");
+    let mut command = command(&dir, port, &worker.url);
+    // A file grown past its limit is refused with EFBIG, as a full disk refuses with ENOSPC
+    // (the signal that would kill the process is ignored, as a server ignores it).
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut server = started(command, port).await;
+    let uuid = client.session().await;
+    let journal = dir.join("journal");
+    let (mut messages, mut served, mut refused) = (Vec::new(), 0, 0);
+    for turn in 0..12 {
+        if turn == 4 {
+            // Room for a few bytes only: the next frame is written in part.
+            let size = std::fs::metadata(&journal).unwrap().len();
+            limit_file_size(server.0.id(), Some(size + 40));
+        }
+        if turn == 8 {
+            limit_file_size(server.0.id(), None);
+        }
+        messages.push(json!({"role": "user", "content": format!("turn {turn}")}));
+        let response = client
+            .http
+            .post(format!("{}/{uuid}/v1/chat/completions", client.base))
+            .json(&json!({"messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        match response.status().as_u16() {
+            200 => {
+                let reply: Value = response.json().await.unwrap();
+                messages.push(reply["choices"][0]["message"].clone());
+                served += 1;
+            }
+            status => {
+                assert_eq!(status, 503, "{}", response.text().await.unwrap());
+                // The client was told the turn failed: it is not part of the conversation.
+                messages.pop();
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((served, refused), (8, 4));
+    let (_, before) = client.nodes_text(&uuid).await;
+    drop(server);
+    server = serve(&dir, port, &worker.url).await;
+    let (status, after) = client.nodes_text(&uuid).await;
+    assert_eq!(status, 200);
+    let nodes: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(
+        nodes["nodes"][0]["metadata"]["num_turns"], served,
+        "only what was served"
+    );
+    assert_eq!(after, before, "byte-identical");
+    drop(server);
+}
+
+#[tokio::test]
+async fn damage_mid_journal_keeps_every_later_record_and_a_copy() {
+    let (dir, worker, port, client) = setup("durability-damage");
+    let server = serve(&dir, port, &worker.url).await;
+    let (first, second) = (client.session().await, client.session().await);
+    let journal = dir.join("journal");
+    let mut earlier = Vec::new();
+    client.turn(&first, &mut earlier, "early").await;
+    let damaged_from = std::fs::metadata(&journal).unwrap().len();
+    client.turn(&first, &mut earlier, "hit").await;
+    let damaged_to = std::fs::metadata(&journal).unwrap().len();
+    let mut later = Vec::new();
+    for turn in ["later", "later still"] {
+        client.turn(&second, &mut later, turn).await;
+    }
+    let (_, second_before) = client.nodes_text(&second).await;
+    drop(server);
+    // One flipped byte inside the frame of the second turn.
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let original = bytes.clone();
+    bytes[((damaged_from + damaged_to) / 2) as usize] ^= 0x40;
+    std::fs::write(&journal, &bytes).unwrap();
+
+    let _server = serve(&dir, port, &worker.url).await;
+    assert_eq!(
+        client.nodes_text(&second).await,
+        (200, second_before),
+        "the records after the damage are kept"
+    );
+    let (_, nodes) = client.nodes_text(&first).await;
+    let nodes: Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(
+        nodes["nodes"][0]["metadata"]["num_turns"], 1,
+        "only the damaged turn is lost (it had two)"
+    );
+    let (_, health) = client.get_json("/health").await;
+    let recovered = &health["journal"]["recovered"];
+    assert_eq!(
+        recovered["regions"].as_array().unwrap().len(),
+        1,
+        "{health}"
+    );
+    let copy = recovered["copy"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read(copy).unwrap(),
+        bytes,
+        "the file as it was is kept"
+    );
+    assert_ne!(bytes, original);
 }

@@ -474,3 +474,91 @@ async fn a_slow_npz_reader_holds_up_no_turn_and_gets_the_whole_file() {
     let end = &bytes[bytes.len() - 22..];
     assert_eq!(&end[..4], b"PK\x05\x06");
 }
+
+#[tokio::test]
+async fn numbers_in_the_query_are_bounded() {
+    let proxy = Proxy::atropos();
+    rollout(&proxy, 1).await;
+    for query in [
+        // Once an allocation failure that aborted the process.
+        "?format=npz&pad_to=72057594037927936",
+        "?format=npz&pad_to=16777217",
+        "?format=npz&pad_to=18446744073709551616",
+        "?format=npz&pad_to=-1",
+        "?format=npz&pad_id=99999999999",
+        "?since=1e999",
+    ] {
+        let response = reqwest::get(format!("{}/export{query}", proxy.url))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{query}");
+        assert_openai_error(&response.json().await.unwrap());
+    }
+    // The widest row allowed is written (hung up on: 64 MiB an array per node).
+    let widest = reqwest::get(format!("{}/export?format=npz&pad_to=16777216", proxy.url))
+        .await
+        .unwrap();
+    assert_eq!(widest.status(), 200);
+    drop(widest);
+    assert_eq!(proxy.get("/health").await.0, 200);
+}
+
+/// The session ids of an export's JSON lines.
+fn session_ids(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = lines(text)
+        .iter()
+        .map(|line| line["session_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.dedup();
+    ids
+}
+
+#[tokio::test]
+async fn concurrent_exports_with_delete_hand_each_session_out_once() {
+    let proxy = Proxy::atropos();
+    let mut all = Vec::new();
+    for _ in 0..6 {
+        all.push(rollout(&proxy, 2).await);
+    }
+    let ((_, first), (_, second)) = futures::join!(
+        export_text(&proxy, "?delete=true"),
+        export_text(&proxy, "?delete=true")
+    );
+    let (first, second) = (session_ids(&first), session_ids(&second));
+    assert!(
+        first.iter().all(|id| !second.contains(id)),
+        "handed out twice: {first:?} and {second:?}"
+    );
+    let mut together = [first, second].concat();
+    together.sort();
+    all.sort();
+    assert_eq!(together, all, "every session handed out once");
+
+    // The same for two `.npz` files.
+    let mut all = Vec::new();
+    for _ in 0..4 {
+        all.push(rollout(&proxy, 1).await);
+    }
+    let npz = || async {
+        let url = format!("{}/export?format=npz&delete=true", proxy.url);
+        let bytes = reqwest::get(url).await.unwrap().bytes().await.unwrap();
+        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes.to_vec())).unwrap();
+        let described: Vec<Value> =
+            serde_json::from_reader(zip.by_name("nodes.json").unwrap()).unwrap();
+        let mut ids: Vec<String> = described
+            .iter()
+            .map(|row| row["session_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.dedup();
+        ids
+    };
+    let (first, second) = futures::join!(npz(), npz());
+    assert!(
+        first.iter().all(|id| !second.contains(id)),
+        "{first:?} {second:?}"
+    );
+    let mut together = [first, second].concat();
+    together.sort();
+    all.sort();
+    assert_eq!(together, all);
+}

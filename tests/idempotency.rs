@@ -96,3 +96,37 @@ async fn concurrent_retries_wait_for_the_first_and_failures_are_not_kept() {
     assert_eq!((status, replayed), (200, false), "the retry runs anew");
     assert!(!retried.contains("\"error\"") && retried.contains("\"finish_reason\":\"stop\""));
 }
+
+#[tokio::test]
+async fn a_refused_request_binds_no_key_and_its_corrected_retry_runs() {
+    let proxy = Proxy::atropos();
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/chat/completions");
+    let good = json!({"messages": [{"role": "user", "content": "a"}]});
+    let mut refused = good.clone();
+    refused["temperature"] = json!(-1);
+    let (status, _, error) = post(&proxy, &path, "k", &refused).await;
+    assert_eq!(status, 400, "{error}");
+    proxy.worker.push_sample(Sample::stop(chars("ok")));
+    let (status, replayed, first) = post(&proxy, &path, "k", &good).await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    // Now the key is bound: to this request.
+    let (status, replayed, again) = post(&proxy, &path, "k", &good).await;
+    assert_eq!((status, replayed, &again), (200, true, &first));
+    let (status, _, error) = post(&proxy, &path, "k", &refused).await;
+    assert_eq!(status, 422, "{error}");
+
+    // On the Anthropic route the 422 is in Anthropic's shape.
+    let messages = format!("/{uuid}/v1/messages");
+    let body = json!({"max_tokens": 8, "messages": [{"role": "user", "content": "b"}]});
+    proxy.worker.push_sample(Sample::stop(chars("fine")));
+    let (status, _, _) = post(&proxy, &messages, "m", &body).await;
+    assert_eq!(status, 200);
+    let mut other = body.clone();
+    other["max_tokens"] = json!(9);
+    let (status, _, error) = post(&proxy, &messages, "m", &other).await;
+    assert_eq!(status, 422);
+    let error: Value = serde_json::from_str(&error).unwrap();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(proxy.worker.requests().len(), 2, "each turn sampled once");
+}

@@ -257,3 +257,50 @@ async fn bad_requests_get_openai_errors_and_change_nothing() {
     assert!(proxy.worker.requests().is_empty());
     assert!(proxy.nodes(&uuid).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_long_rollout_keeps_and_journals_each_item_once() {
+    let dir = common::scratch_dir("responses-linear");
+    let worker = common::mock_worker::MockWorker::start(common::mock_worker::Wire::Sglang);
+    worker.respond_with(std::sync::Arc::new(|_: &[u32]| {
+        Sample::stop(common::chars("noted"))
+    }));
+    let journal_dir = dir.clone();
+    let proxy = common::Proxy::start_with(common::char_model_dir(), None, worker, move |s| {
+        s.data_dir = Some(journal_dir);
+    });
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/responses");
+    let journal = dir.join("journal");
+    let size = || std::fs::metadata(&journal).unwrap().len();
+    let mut sizes = vec![size()];
+    let mut previous: Option<String> = None;
+    for turn in 0..40 {
+        // 8 KB new each turn.
+        let mut body = json!({"input": format!("{turn:04} {}", "x".repeat(8 * 1024))});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = json!(id);
+        }
+        let (status, reply) = proxy.post(&path, body).await;
+        assert_eq!(status, 200, "{reply}");
+        previous = Some(reply["id"].as_str().unwrap().to_string());
+        sizes.push(size());
+    }
+    let (early, late) = (sizes[10] - sizes[0], sizes[40] - sizes[30]);
+    assert!(
+        late * 2 < early * 3,
+        "journal growth is linear: turns 1-10 wrote {early} bytes, turns 31-40 {late}"
+    );
+    // The last response still stands on the whole conversation.
+    let body = json!({"input": "last", "previous_response_id": previous});
+    let (status, rendered) = proxy.post(&format!("{path}/render"), body).await;
+    assert_eq!(status, 200, "{rendered}");
+    let text = rendered["prompt_text"].as_str().unwrap();
+    for turn in [0, 17, 39] {
+        assert!(
+            text.contains(&format!("{turn:04} xxx")),
+            "turn {turn} is in the prompt"
+        );
+    }
+    assert_eq!(text.matches("noted").count(), 40);
+}

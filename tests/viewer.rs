@@ -43,7 +43,24 @@ async fn drive(proxy: &Proxy, session: &str, name: &str, live_turn: Option<Value
         String::from_utf8_lossy(&output.stdout)
     );
     let report: Value = serde_json::from_slice(&output.stdout).expect("the driver's JSON");
+    // Under its own content policy the page works (a blocked script or fetch is logged as an
+    // error) and the policy is enforced.
     assert_eq!(report["errors"], json!([]), "the page logged errors");
+    let headers = &report["headers"];
+    let policy = headers["content-security-policy"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"),
+        "{headers}"
+    );
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    assert_eq!(
+        report["inline_script_ran"], false,
+        "an injected inline script ran"
+    );
     for url in report["requests"].as_array().unwrap() {
         let url = url.as_str().unwrap();
         assert!(

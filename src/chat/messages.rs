@@ -135,6 +135,14 @@ impl ChatMessage {
         };
         let mut extra = raw.extra;
         extra.retain(|_, v| !v.is_null());
+        if extra.get("name").is_some_and(|name| !name.is_string()) {
+            return Err(fail("'name' must be a string".into()));
+        }
+        if role == Role::Tool && !extra.get("tool_call_id").is_some_and(Value::is_string) {
+            return Err(fail(
+                "a tool message needs 'tool_call_id', the id of the call it answers".into(),
+            ));
+        }
         Ok(Self {
             role,
             content,
@@ -271,6 +279,10 @@ mod tests {
             json!({"content": "x"}),
             json!({"role": "user", "content": [{"type": "image_url"}]}),
             json!("hello"),
+            json!({"role": "tool", "content": "72F"}),
+            json!({"role": "tool", "content": "72F", "tool_call_id": 7}),
+            json!({"role": "user", "content": "x", "name": 7}),
+            json!({"role": "user", "content": "x", "name": ["a"]}),
         ] {
             assert!(ChatMessage::parse(0, raw.clone()).is_err(), "{raw}");
         }

@@ -10,12 +10,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+pub use crate::generation::MAX_TOP_LOGPROBS;
+
 /// Most samples one request may ask for.
 pub const MAX_N: u32 = 128;
-/// Highest temperature accepted (OpenAI's is 2; samplers take more, up to a point).
-pub const MAX_TEMPERATURE: f64 = 100.0;
-/// Most alternatives per position (OpenAI's limit).
-pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// `stop` as a string or a list of strings.
 #[derive(Debug, Clone, Deserialize)]
@@ -231,12 +229,6 @@ impl ChatRequest {
                 "'n' must be between 1 and {MAX_N}"
             )));
         }
-        check_sampling(body.temperature, body.top_p)?;
-        if body.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
-            return Err(RequestError::Invalid(format!(
-                "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
-            )));
-        }
         let tools = match &body.tools {
             Some(raw) => DeclaredTools::from_raw(raw)?,
             None => None,
@@ -244,8 +236,13 @@ impl ChatRequest {
         let tool_choice = parse_tool_choice(body.tool_choice.as_ref())?;
         let response_format = ResponseFormat::parse(body.response_format.as_ref())?;
         let logprobs = body.logprobs.unwrap_or(false);
+        if body.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(RequestError::Invalid(format!(
+                "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
         let stop = StopField::list(body.stop);
-        Ok(Self {
+        let request = Self {
             messages,
             tools,
             tool_choice,
@@ -281,7 +278,28 @@ impl ChatRequest {
             api: "chat.completions",
             tools_left_out: Vec::new(),
             key: None,
-        })
+        };
+        request.check()?;
+        Ok(request)
+    }
+
+    /// Refuses a request no backend could serve as asked, whichever API it came in by: its
+    /// sampling parameters out of range, or a `tool_choice` that forces a call to a tool it
+    /// does not declare.
+    pub fn check(&self) -> Result<(), RequestError> {
+        self.params.check().map_err(RequestError::Invalid)?;
+        let declared = || self.tools.iter().flat_map(|tools| tools.names());
+        match &self.tool_choice {
+            ToolChoice::Function(name) if !declared().any(|d| d == name) => {
+                Err(RequestError::Invalid(format!(
+                    "'tool_choice' names the function '{name}', which 'tools' does not declare"
+                )))
+            }
+            ToolChoice::Required if declared().next().is_none() => Err(RequestError::Invalid(
+                "'tool_choice' requires a tool call, but 'tools' declares none".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The rules for turning calls in the model's text into `tool_calls`.
@@ -304,23 +322,6 @@ impl ChatRequest {
             ToolChoice::Auto | ToolChoice::Required => declared.map(str::to_string).collect(),
         }
     }
-}
-
-/// Checks `temperature` and `top_p` are in range.
-pub fn check_sampling(temperature: Option<f64>, top_p: Option<f64>) -> Result<(), RequestError> {
-    if let Some(t) = temperature
-        && !(0.0..=MAX_TEMPERATURE).contains(&t)
-    {
-        return Err(RequestError::Invalid(format!(
-            "'temperature' must be between 0 and {MAX_TEMPERATURE}, not {t}"
-        )));
-    }
-    if let Some(p) = top_p
-        && !(0.0..=1.0).contains(&p)
-    {
-        return Err(RequestError::Invalid("'top_p' must be in [0, 1]".into()));
-    }
-    Ok(())
 }
 
 fn parse_tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {

@@ -147,15 +147,20 @@ fn run_turns(
         );
         let labels = TurnLabels {
             api: "check-template",
-            tools_left_out: Vec::new(),
-            nudge: None,
+            ..TurnLabels::default()
         };
         let choice = ChoiceOutput {
             reply: reply.clone(),
             generation,
             backend: "check-template".into(),
         };
-        commit(&mut state, &plan, &[choice], &labels, false);
+        commit(
+            &mut state,
+            &plan,
+            &[choice],
+            &labels,
+            request.tools.as_deref(),
+        );
         let written_ids: Vec<&str> = message["tool_calls"]
             .as_array()
             .into_iter()

@@ -5,7 +5,7 @@
 //!
 //! The file is written as it is sent, never whole in memory: each array is a zip entry with a
 //! data descriptor (as streamed zips are written; numpy reads them), its `.npy` header first,
-//! then its rows, built with `ndarray` a session's nodes at a time.
+//! then its rows, a node at a time (its padding written from one small block).
 
 use super::{ExportError, SessionExport};
 use crate::session::Node;
@@ -15,6 +15,12 @@ use ndarray_npy::npy::header::{Header, Layout};
 use serde_json::json;
 use std::io::Write;
 use zip::write::{SimpleFileOptions, StreamWriter};
+
+/// Cells of padding written at a time.
+const PAD_BLOCK: usize = 16 * 1024;
+
+/// The widest row `pad_to` may ask for: 16,777,216 ids, above every model's context window.
+pub const MAX_PAD_TO: usize = 1 << 24;
 
 /// How rows are padded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +45,11 @@ pub fn shape(exports: &[SessionExport], padding: Padding) -> Result<Shape, Expor
     let nodes = || exports.iter().flat_map(|e| e.nodes);
     let longest = nodes().map(Node::len).max().unwrap_or(0);
     let width = padding.pad_to.unwrap_or(longest);
+    if width > MAX_PAD_TO {
+        return Err(ExportError::Query(format!(
+            "'pad_to' may be at most {MAX_PAD_TO}, not {width}"
+        )));
+    }
     if longest > width {
         return Err(ExportError::TooLong {
             len: longest,
@@ -134,17 +145,23 @@ impl Arrays<'_, '_> {
     ) -> Result<(), ExportError> {
         start(zip, name)?;
         header::<A>(&mut *zip, vec![self.shape.rows, self.shape.width])?;
-        for export in self.exports {
-            let mut block = Array2::from_elem((export.nodes.len(), self.shape.width), pad.clone());
-            for (node, mut row) in export.nodes.iter().zip(block.rows_mut()) {
-                self.ids.clear();
-                node.copy_tokens_into(&mut self.ids);
-                let row = row
-                    .as_slice_mut()
-                    .expect("rows of a standard-layout array are contiguous");
-                fill(node, &self.ids, row);
+        // A row is its node's cells, then padding written from one block of at most
+        // `PAD_BLOCK` cells: memory follows the nodes, never the width asked for.
+        let padding = vec![pad.clone(); self.shape.width.min(PAD_BLOCK)];
+        let mut row = Vec::new();
+        for node in self.exports.iter().flat_map(|export| export.nodes) {
+            self.ids.clear();
+            node.copy_tokens_into(&mut self.ids);
+            row.clear();
+            row.resize(self.ids.len(), pad.clone());
+            fill(node, &self.ids, &mut row);
+            A::write_slice(&row, &mut *zip).map_err(failed)?;
+            let mut left = self.shape.width - row.len();
+            while left > 0 {
+                let cells = left.min(padding.len());
+                A::write_slice(&padding[..cells], &mut *zip).map_err(failed)?;
+                left -= cells;
             }
-            rows(&mut *zip, &block)?;
         }
         Ok(())
     }

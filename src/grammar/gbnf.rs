@@ -2,7 +2,7 @@
 //! through xgrammar, read too): named rules, quoted literals, and the JSON rules every schema
 //! builds on.
 
-use std::collections::BTreeSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 /// JSON's own rules, added to every grammar that needs one of them.
@@ -34,11 +34,20 @@ const JSON_RULES: &[(&str, &str)] = &[
     ("null", r#""null""#),
 ];
 
+/// The largest grammar written, in bytes of rules: a schema that needs more is refused (a
+/// backend compiles the grammar before it samples a token).
+pub const MAX_GRAMMAR_BYTES: usize = 1 << 20;
+
 /// A grammar under construction: `root` and the rules it names.
 #[derive(Debug, Default)]
 pub struct Grammar {
     rules: Vec<(String, String)>,
-    taken: BTreeSet<String>,
+    taken: HashSet<String>,
+    /// Per base name, the next suffix to try: names are found in time linear in the rules,
+    /// however many hints share a base (every non-ASCII name has the same one).
+    next_suffix: HashMap<String, usize>,
+    /// Bytes of the rules so far.
+    bytes: usize,
 }
 
 impl Grammar {
@@ -53,22 +62,43 @@ impl Grammar {
             "" => "r".to_string(),
             trimmed => trimmed.to_string(),
         };
-        let mut name = base.clone();
-        let mut n = 1;
-        while self.taken.contains(&name) || JSON_RULES.iter().any(|(json, _)| *json == name) {
-            name = format!("{base}-{n}");
-            n += 1;
-        }
-        self.taken.insert(name.clone());
-        self.rules.push((name.clone(), body));
+        let free = |name: &str, taken: &HashSet<String>| {
+            !taken.contains(name) && JSON_RULES.iter().all(|(json, _)| *json != name)
+        };
+        let name = match free(&base, &self.taken) {
+            true => base,
+            false => {
+                let next = self.next_suffix.entry(base.clone()).or_insert(1);
+                loop {
+                    let name = format!("{base}-{next}");
+                    *next += 1;
+                    if free(&name, &self.taken) {
+                        break name;
+                    }
+                }
+            }
+        };
+        self.add(name.clone(), body);
         name
     }
 
     /// Adds the rule `name` unless it is there already (a rule several others share).
     pub fn shared(&mut self, name: &str, body: &str) {
-        if self.taken.insert(name.to_string()) {
-            self.rules.push((name.to_string(), body.to_string()));
+        if !self.taken.contains(name) {
+            self.add(name.to_string(), body.to_string());
         }
+    }
+
+    fn add(&mut self, name: String, body: String) {
+        self.bytes += name.len() + body.len() + 6;
+        self.taken.insert(name.clone());
+        self.rules.push((name, body));
+    }
+
+    /// Whether the rules have outgrown [`MAX_GRAMMAR_BYTES`]: what is still to be written is
+    /// left out, and the grammar will be refused.
+    pub fn is_full(&self) -> bool {
+        self.bytes > MAX_GRAMMAR_BYTES
     }
 
     /// The grammar's text, `root` first, then its rules and the JSON rules.
@@ -113,6 +143,18 @@ mod tests {
         assert_eq!(grammar.rule("get_weather", "\"x\"".into()), "get-weather");
         assert_eq!(grammar.rule("get_weather", "\"y\"".into()), "get-weather-1");
         assert_eq!(grammar.rule("string", "\"z\"".into()), "string-1");
+        // A hint that takes a name a suffix would give is skipped over, and every non-ASCII
+        // name shares one base.
+        assert_eq!(
+            grammar.rule("get_weather-2", "\"w\"".into()),
+            "get-weather-2"
+        );
+        assert_eq!(grammar.rule("get_weather", "\"v\"".into()), "get-weather-3");
+        let names: HashSet<String> = (0..5000)
+            .map(|_| grammar.rule("ñ", "\"n\"".into()))
+            .collect();
+        assert_eq!(names.len(), 5000);
+        assert!(names.contains("r") && names.contains("r-4999"));
         let text = grammar.finish("get-weather");
         assert!(text.starts_with("root ::= get-weather\nget-weather ::= \"x\"\n"));
         assert!(text.contains("\nws ::= "));

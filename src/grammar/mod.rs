@@ -44,6 +44,17 @@ pub enum GrammarError {
         /// Formats with a call grammar.
         available: String,
     },
+    /// The grammar the request's schemas need is larger than a backend is given.
+    #[error(
+        "{option}: the grammar its schema needs exceeds {max} bytes; declare fewer or smaller \
+         parameters"
+    )]
+    TooLarge {
+        /// The option that asked for it.
+        option: &'static str,
+        /// The largest grammar written.
+        max: usize,
+    },
 }
 
 /// The constraint `request` asks for in a session whose tool-call format is `format`, if any.
@@ -61,15 +72,33 @@ pub fn for_request(
     if forced && !callable.is_empty() {
         return forced_call(request, &callable, format, thinks).map(Some);
     }
-    Ok(for_response_format(&request.response_format))
+    for_response_format(&request.response_format)
 }
 
 /// The constraint a `response_format` asks for, if any.
-pub fn for_response_format(format: &ResponseFormat) -> Option<Constraint> {
-    match format {
-        ResponseFormat::Text => None,
-        ResponseFormat::JsonObject => Some(Constraint::JsonSchema(json!({"type": "object"}))),
-        ResponseFormat::JsonSchema(schema) => Some(Constraint::JsonSchema(schema.clone())),
+pub fn for_response_format(format: &ResponseFormat) -> Result<Option<Constraint>, GrammarError> {
+    let constraint = match format {
+        ResponseFormat::Text => return Ok(None),
+        ResponseFormat::JsonObject => Constraint::JsonSchema(json!({"type": "object"})),
+        ResponseFormat::JsonSchema(schema) => Constraint::JsonSchema(schema.clone()),
+    };
+    // Backends without JSON-schema support get the schema as a grammar (see `gbnf`).
+    if let Constraint::JsonSchema(json_schema) = &constraint {
+        let mut grammar = Grammar::default();
+        schema::expression(&mut grammar, json_schema, "answer");
+        fits(&grammar, "response_format")?;
+    }
+    Ok(Some(constraint))
+}
+
+/// Refuses a grammar that outgrew [`gbnf::MAX_GRAMMAR_BYTES`].
+fn fits(grammar: &Grammar, option: &'static str) -> Result<(), GrammarError> {
+    match grammar.is_full() {
+        true => Err(GrammarError::TooLarge {
+            option,
+            max: gbnf::MAX_GRAMMAR_BYTES,
+        }),
+        false => Ok(()),
     }
 }
 
@@ -106,6 +135,7 @@ fn forced_call(
             available: calls::FORMATS.join(", "),
         }
     })?;
+    fits(&grammar, "tool_choice")?;
     let root = match thinks {
         true => {
             grammar.shared("think-text", r#"( [^<] | "<" [^/] | "</" [^t] )*"#);
@@ -188,6 +218,40 @@ mod tests {
         assert_eq!(
             for_request(&object, "hermes", false).unwrap(),
             Some(Constraint::JsonSchema(json!({"type": "object"})))
+        );
+    }
+
+    #[test]
+    fn a_grammar_past_its_limit_is_refused_naming_the_option() {
+        // Non-ASCII names all sanitise to one base; each still gets its own rule.
+        let properties: serde_json::Map<String, Value> = (0..24_000)
+            .map(|i| (format!("ñ{i}"), json!({"type": "string"})))
+            .collect();
+        let schema = json!({"type": "object", "properties": properties});
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+            "tool_choice": "required"});
+        let forced: ChatCompletionBody = serde_json::from_value(body.clone()).unwrap();
+        let error = for_request(
+            &ChatRequest::from_body(forced, None).unwrap(),
+            "hermes",
+            false,
+        )
+        .unwrap_err();
+        assert!(error.to_string().starts_with("tool_choice: "), "{error}");
+        body["tool_choice"] = json!("auto");
+        body["response_format"] = json!({"type": "json_schema",
+            "json_schema": {"name": "a", "schema": schema}});
+        let formatted: ChatCompletionBody = serde_json::from_value(body).unwrap();
+        let error = for_request(
+            &ChatRequest::from_body(formatted, None).unwrap(),
+            "hermes",
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().starts_with("response_format: "),
+            "{error}"
         );
     }
 }

@@ -9,6 +9,10 @@ use serde_json::{Map, Value};
 
 /// A GBNF expression for values of `schema`; named rules go into `grammar` (`hint` names them).
 pub fn expression(grammar: &mut Grammar, schema: &Value, hint: &str) -> String {
+    // A grammar grown too large is refused whole: the rest of the schema is not walked.
+    if grammar.is_full() {
+        return "value".into();
+    }
     let Some(schema) = schema.as_object() else {
         // `true` or no schema: any value.
         return "value".into();

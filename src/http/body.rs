@@ -61,8 +61,15 @@ pub async fn read_json_noting_unknown<T: DeserializeOwned>(
     Ok(body)
 }
 
-/// Parses a body as `T`.
+/// Parses a body, which must be a JSON object, as `T` (serde would read a struct from an
+/// array of its fields too).
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{') {
+        return Err(ApiError::bad_request(
+            "invalid request: the body must be a JSON object",
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
             ApiError::bad_request(format!("invalid request: {e}"))
@@ -72,7 +79,7 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-fn too_large(limit: usize) -> ApiError {
+pub fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "invalid_request_error",

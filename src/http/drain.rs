@@ -3,38 +3,23 @@
 //! stops. A second signal, or `--drain-timeout`, cuts the wait short.
 
 use super::{ApiError, AppState};
-use actix_web::body::{BoxBody, MessageBody};
-use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
-use actix_web::http::{Method, StatusCode};
-use actix_web::middleware::Next;
-use actix_web::{HttpResponse, web};
+use actix_web::dev::ServerHandle;
+use actix_web::http::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Seconds a refused client is told to wait before retrying (another replica, or this one
 /// after its restart).
-const RETRY_AFTER: &str = "5";
+const RETRY_AFTER: u32 = 5;
 
-/// The middleware: while draining, a request that would start work is a 503.
-pub async fn refuse_while_draining(
-    request: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let draining = request
-        .app_data::<web::Data<AppState>>()
-        .is_some_and(|state| state.draining());
-    if !(draining && request.method() == Method::POST) {
-        return Ok(next.call(request).await?.map_into_boxed_body());
-    }
-    let error = ApiError::new(
+/// The 503 of a request that would start work while the proxy drains.
+pub fn refusal() -> ApiError {
+    ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "unavailable_error",
         "the proxy is shutting down; retry shortly",
-    );
-    let response = HttpResponse::ServiceUnavailable()
-        .insert_header(("Retry-After", RETRY_AFTER))
-        .json(error.body());
-    Ok(request.into_response(response))
+    )
+    .retry_after(RETRY_AFTER)
 }
 
 /// Drains the server: refuses new work, waits (up to `timeout`) for the turns under way to

@@ -4,8 +4,9 @@
 //!
 //! Each session's lock is held from reading it until the export ends (with `delete`, until it
 //! is removed): a turn under way finishes first and is exported, a turn that comes later waits
-//! and then finds the session removed (404) — nothing is exported twice or lost between two
-//! exports. A client that hangs up before the end removes nothing.
+//! and then finds the session removed (404). An export that waited for a session another
+//! export removed leaves it out: with `delete`, a session is handed out by exactly one export,
+//! and none is lost between two. A client that hangs up before the end removes nothing.
 
 use super::{ApiError, AppState};
 use crate::export::atif::{self, AtifContext};
@@ -109,7 +110,10 @@ pub async fn export(
             let mut held = Vec::with_capacity(sessions.len());
             for session in sessions {
                 let guard = session.state.clone().lock_owned().await;
-                held.push((session, guard));
+                // Removed while this export waited (another export with `delete` took it).
+                if !session.is_closed() {
+                    held.push((session, guard));
+                }
             }
             // A node longer than `pad_to` is a 400, before anything is sent.
             let exports: Vec<_> = held.iter().map(|(s, g)| exported(s, g)).collect();
@@ -267,6 +271,11 @@ fn lines(
                 return Some((Ok(bytes::Bytes::new()), (state, pending, Vec::new(), true)));
             };
             let guard = session.state.clone().lock_owned().await;
+            // Removed while this export waited (another export with `delete` took it, or it
+            // was deleted): it is not this export's to hand out.
+            if session.is_closed() {
+                return Some((Ok(bytes::Bytes::new()), (state, pending, held, false)));
+            }
             let mut out = Vec::new();
             let export = exported(&session, &guard);
             let written = match atif {

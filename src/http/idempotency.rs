@@ -1,7 +1,9 @@
 //! `Idempotency-Key` on a turn: the first request with a key runs and its reply (a stream's
 //! every event included) is kept on the session; a retry with the same key and the same body
 //! gets that reply again — without sampling again or forking the node — and a retry that
-//! arrives while the first still runs waits for it. The same key with another body is a 422.
+//! arrives while the first still runs waits for it. Once a turn with the key was recorded,
+//! the same key with another body is a 422; a request that was refused or failed binds
+//! nothing, so its corrected retry runs.
 //!
 //! The key travels with the turn into its commit record (and the journal, with `--data-dir`),
 //! so a turn that was recorded but whose reply never arrived whole — the client hung up, the
@@ -9,14 +11,16 @@
 //! the node holds. A turn that failed recorded nothing, keeps nothing, and its retry runs
 //! anew.
 
+use super::guard::refuse;
+use super::routes::Shape;
 use super::{ApiError, AppState};
 use crate::session::replies::{KeySlot, RecordedReply, TurnKey};
 use crate::session::{Session, SessionLog};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
+use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpResponse, web};
 use bytes::Bytes;
@@ -24,39 +28,27 @@ use futures::StreamExt;
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
-/// Turn routes: `/{uuid}/v1/...` ending in one of these.
-const TURNS: &[&str] = &[
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/messages",
-    "/v1/responses",
-];
-
 /// Marks a reply sent again: the recorded one, or one shaped again from the turn's record.
 const REPLAYED: &str = "idempotent-replayed";
 
-/// The middleware.
+/// The middleware of turn routes (`session`: the route's session id).
 pub async fn once_per_key(
+    state: &web::Data<AppState>,
+    shape: Shape,
+    session: Option<String>,
     mut request: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
+    next: Next<BoxBody>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let key = request
         .headers()
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if key.is_none() {
-        return Ok(next.call(request).await?.map_into_boxed_body());
-    }
-    let state = request.app_data::<web::Data<AppState>>().cloned();
-    let session = request.path().split('/').nth(1).map(str::to_string);
-    let is_turn =
-        request.method() == Method::POST && TURNS.iter().any(|t| request.path().ends_with(t));
-    let (Some(key), Some(state), Some(session), true) = (key, state, session, is_turn) else {
-        return Ok(next.call(request).await?.map_into_boxed_body());
+    let (Some(key), Some(session)) = (key, session) else {
+        return next.call(request).await;
     };
     let Some(session) = state.sessions.get(&session) else {
-        return Ok(next.call(request).await?.map_into_boxed_body());
+        return next.call(request).await;
     };
     // The body, read to hash it, then put back for the handler.
     let mut payload = request.take_payload();
@@ -64,7 +56,8 @@ pub async fn once_per_key(
     while let Some(chunk) = payload.next().await {
         body.extend_from_slice(&chunk?);
         if body.len() > state.max_body_bytes {
-            break;
+            let error = super::body::too_large(state.max_body_bytes);
+            return Ok(request.into_response(refuse(shape, error)));
         }
     }
     let body = Bytes::from(body);
@@ -74,15 +67,21 @@ pub async fn once_per_key(
         Box::pin(replay);
     request.set_payload(Payload::from(replay));
 
-    let mut slot = session.replies.slot(&key).lock_owned().await;
-    if slot.body_hash != 0 && slot.body_hash != body_hash {
+    let slot = session.replies.slot(&key).lock_owned().await;
+    // Only a recorded turn binds the key (its reply, or its commit when the reply never went
+    // out whole): a refused or failed request leaves it free.
+    let committed = session.replies.committed(&key);
+    let bound_to = match slot.body_hash {
+        0 => committed.as_ref().map(|turn| turn.body_hash),
+        hash => Some(hash),
+    };
+    if bound_to.is_some_and(|bound| bound != body_hash) {
         let error = ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request_error",
             format!("Idempotency-Key '{key}' was used with another request body"),
         );
-        let response = HttpResponse::build(error.status).json(error.body());
-        return Ok(request.into_response(response));
+        return Ok(request.into_response(refuse(shape, error)));
     }
     if let Some(reply) = &slot.reply {
         let response =
@@ -92,14 +91,13 @@ pub async fn once_per_key(
                 .body(reply.body.clone());
         return Ok(request.into_response(response));
     }
-    slot.body_hash = body_hash;
     request.extensions_mut().insert(TurnKey {
         key: key.clone(),
         body_hash,
     });
     // A turn recorded before is answered from its record (never sampled again).
-    let answered_from_record = session.replies.committed(&key).is_some();
-    let mut response = next.call(request).await?.map_into_boxed_body();
+    let answered_from_record = committed.is_some();
+    let mut response = next.call(request).await?;
     if !response.status().is_success() {
         return Ok(response);
     }
@@ -120,6 +118,7 @@ pub async fn once_per_key(
     Ok(response.map_body(move |_, body| {
         BoxBody::new(Recording {
             body,
+            body_hash,
             seen: Vec::new(),
             slot: Some(slot),
             status,
@@ -134,6 +133,8 @@ pub async fn once_per_key(
 /// A reply body passed through as it is sent, and kept in the key's slot once it is whole.
 struct Recording {
     body: BoxBody,
+    /// Hash of the request body, which the key is bound to once the turn is recorded.
+    body_hash: u64,
     seen: Vec<u8>,
     /// Held until the reply is whole: a retry waits for it.
     slot: Option<OwnedMutexGuard<KeySlot>>,
@@ -167,6 +168,7 @@ impl MessageBody for Recording {
                 if let Some(mut slot) = this.slot.take()
                     && recorded
                 {
+                    slot.body_hash = this.body_hash;
                     slot.reply = Some(RecordedReply {
                         status: this.status,
                         content_type: std::mem::take(&mut this.content_type),

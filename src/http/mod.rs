@@ -12,9 +12,11 @@ mod control;
 pub mod drain;
 pub mod error;
 mod export;
+pub mod guard;
 mod idempotency;
 mod openai;
 mod responses;
+pub mod routes;
 mod sessions;
 mod sse;
 mod viewer;
@@ -44,6 +46,8 @@ pub struct AppState {
     pub journal: Option<Arc<dyn crate::session::SessionLog>>,
     /// The keys callers must present (none: every route is open).
     pub keys: auth::Keys,
+    /// Where requests may come from (`--allow-origin`, `--allow-host`).
+    pub origins: guard::Origins,
     /// Set when the proxy drains: new work is refused.
     pub draining: std::sync::atomic::AtomicBool,
     /// Set when sessions are used or deleted, so memory they freed is given back to the OS.
@@ -102,90 +106,40 @@ fn render_reply(rendered: crate::turn::RenderedTurn) -> actix_web::HttpResponse 
     }))
 }
 
-/// Registers every route on an actix app. A rollout's routes with more than one segment come
-/// first: routes are tried in order, each pattern with a session id by a regex, and a turn is
-/// the request served most often. None of those patterns matches a fixed route's path;
-/// `/{uuid}` would (`/health`), so it stays last.
+/// Registers every route of the table ([`routes::table`]) on an actix app, each wrapped in
+/// its guard ([`guard::check`]) with the class of the route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    let post = web::post;
-    let get = web::get;
-    cfg.service(at(
-        "/{uuid}/v1/chat/completions",
-        post().to(openai::chat::completions),
-    ))
-    .service(at(
-        "/{uuid}/v1/chat/completions/render",
-        post().to(openai::chat::render),
-    ))
-    .service(at(
-        "/{uuid}/v1/completions",
-        post().to(openai::completions::completions),
-    ))
-    .service(at("/{uuid}/v1/messages", post().to(anthropic::messages)))
-    .service(at(
-        "/{uuid}/v1/messages/count_tokens",
-        post().to(anthropic::count_tokens),
-    ))
-    .service(at(
-        "/{uuid}/v1/messages/render",
-        post().to(anthropic::render),
-    ))
-    .service(at("/{uuid}/v1/responses", post().to(responses::create)))
-    .service(at(
-        "/{uuid}/v1/responses/render",
-        post().to(responses::render),
-    ))
-    .service(at(
-        "/{uuid}/v1/responses/{id}",
-        get().to(responses::retrieve),
-    ))
-    .service(at("/{uuid}/nodes", get().to(sessions::nodes)))
-    .service(at("/{uuid}/divergences", get().to(sessions::divergences)))
-    .service(at("/{uuid}/view", get().to(viewer::view)))
-    .service(at("/{uuid}/reward", post().to(sessions::reward)))
-    .service(at("/{uuid}/abort", post().to(control::abort)))
-    .service(at("/{uuid}/v1/models", get().to(admin::session_models)))
-    .service(at(
-        "/{uuid}/v1/models/{model:.+}",
-        get().to(admin::session_model),
-    ))
-    .service(at("/health", get().to(admin::health)))
-    .service(at("/ui", get().to(viewer::page)))
-    .service(at("/ui/{name}", get().to(viewer::asset)))
-    .service(at("/v1/models", get().to(admin::models)))
-    .service(at("/v1/models/{model:.+}", get().to(admin::model)))
-    .service(at("/servers", get().to(admin::servers)))
-    .service(at("/metrics", get().to(admin::metrics)))
-    .service(at("/setup", post().to(admin::setup)))
-    .service(at("/sessions/create", post().to(sessions::create)))
-    .service(at("/sessions", get().to(sessions::list)))
-    .service(at("/export", get().to(export::export)))
-    .service(at("/pause", post().to(control::pause)))
-    .service(at("/resume", post().to(control::resume)))
-    .service(at("/weight_version", post().to(control::weight_version)))
-    .service(at("/{uuid}", web::delete().to(sessions::delete)))
-    .default_service(web::to(|| async {
+    for route in routes::table() {
+        let class = route.class;
+        cfg.service(
+            web::resource(class.pattern)
+                .route(route.handler)
+                // Other methods get a 405 in the API's error shape (actix's own has no body).
+                .default_service(web::to(move |request: actix_web::HttpRequest| async move {
+                    method_not_allowed(class, &request)
+                }))
+                .wrap(actix_web::middleware::from_fn(
+                    move |request, next: actix_web::middleware::Next<actix_web::body::BoxBody>| {
+                        guard::check(class, request, next)
+                    },
+                )),
+        );
+    }
+    cfg.default_service(web::to(|| async {
         Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such route"))
     }));
 }
 
-/// A route whose other methods get a 405 in the API's error shape (actix's own has no body).
-fn at(path: &str, route: actix_web::Route) -> actix_web::Resource {
-    web::resource(path)
-        .route(route)
-        .default_service(web::to(method_not_allowed))
-}
-
-async fn method_not_allowed(request: actix_web::HttpRequest) -> actix_web::HttpResponse {
+fn method_not_allowed(
+    class: routes::RouteClass,
+    request: &actix_web::HttpRequest,
+) -> actix_web::HttpResponse {
     let error = ApiError::new(
         actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
         "invalid_request_error",
         format!("{} is not allowed on {}", request.method(), request.path()),
     );
-    match request.path().contains("/v1/messages") {
-        true => actix_web::ResponseError::error_response(&anthropic::AnthropicError::from(error)),
-        false => actix_web::ResponseError::error_response(&error),
-    }
+    guard::refuse(class.shape, error)
 }
 
 impl AppState {
@@ -273,6 +227,20 @@ async fn release_freed_memory(state: Arc<AppState>) {
     }
 }
 
+/// Headers every reply carries unless it sets its own: no type sniffing, no framing, no
+/// referrer, and a content policy that lets a reply load nothing (the viewer's page sets the
+/// policy it needs, see [`viewer`]).
+fn security_headers() -> actix_web::middleware::DefaultHeaders {
+    actix_web::middleware::DefaultHeaders::new()
+        .add(("X-Content-Type-Options", "nosniff"))
+        .add(("X-Frame-Options", "DENY"))
+        .add(("Referrer-Policy", "no-referrer"))
+        .add((
+            "Content-Security-Policy",
+            "default-src 'none'; frame-ancestors 'none'",
+        ))
+}
+
 /// Sends each write at once: a stream's events are small writes, and with Nagle's algorithm
 /// each one after the first waited for the client's delayed ACK (about 40 ms).
 fn no_delay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
@@ -291,15 +259,12 @@ pub fn serve(
     actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
     actix_web::rt::spawn(expire_idle_sessions(state.clone()));
-    let keys = web::Data::new(state.keys.clone());
+    state.origins.listening_on(listener.local_addr()?);
     let data = web::Data::from(state);
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
-            .app_data(keys.clone())
-            .wrap(actix_web::middleware::from_fn(idempotency::once_per_key))
-            .wrap(actix_web::middleware::from_fn(drain::refuse_while_draining))
-            .wrap(actix_web::middleware::from_fn(auth::check))
+            .wrap(security_headers())
             .configure(routes)
     })
     .on_connect(no_delay);

@@ -18,9 +18,17 @@ pub async fn asset(name: web::Path<String>) -> Result<HttpResponse, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("the viewer has no file '{name}'")))
 }
 
+/// What the viewer's page may do: run and style itself from its own files, fetch its data
+/// from the proxy, and nothing else (no inline script, no other host, no framing, no form
+/// sent anywhere). The other security headers are every reply's (see `security_headers`).
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
+
 fn serve(asset: Asset) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(asset.content_type)
+        .insert_header(("Content-Security-Policy", PAGE_POLICY))
         // The assets change only with the binary; a reload after an upgrade must not mix them.
         .insert_header(("Cache-Control", "no-cache"))
         .body(asset.body)

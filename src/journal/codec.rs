@@ -6,6 +6,7 @@ use crate::generation::{FinishReason, StopMatch};
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, RecordedChoice, SessionOptions, Start, TurnLabels};
 use crate::session::{Divergence, HistoryEntry, HistoryMode, IssuedToolCall, SegmentCheck};
+use crate::session::{EchoChange, EchoKey};
 use crate::tools::ToolFormat;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -75,7 +76,10 @@ pub enum Entry {
         id: Uuid,
         /// The response's id.
         response_id: String,
-        /// The conversation's items up to and with its output, as JSON.
+        /// The response it continued, whose conversation `items` follow on (older journals
+        /// have none and the whole conversation in `items`).
+        previous: Option<String>,
+        /// The items the response added (its input items, then its output), as JSON.
         items: String,
         /// The response object, as JSON.
         body: String,
@@ -116,6 +120,8 @@ const KNOWN: &[&str] = &[
     "template_rewrites_history",
     "template_altered_sampled_turn",
     "unmatched_assistant_message",
+    "formatting",
+    "defaults",
     "new_conversation",
     "",
 ];
@@ -192,6 +198,7 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
         Entry::Stored {
             id,
             response_id,
+            previous,
             items,
             body,
         } => {
@@ -200,6 +207,8 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
             w.str(response_id);
             w.str(items);
             w.str(body);
+            // Last, so that entries written before it was added still read.
+            w.opt_str(previous.as_deref());
         }
     }
 }
@@ -267,6 +276,10 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
             response_id: r.string()?,
             items: r.string()?,
             body: r.string()?,
+            previous: match r.bytes.is_empty() {
+                true => None,
+                false => r.opt_string()?,
+            },
         },
         6 => Entry::Replied {
             id,
@@ -410,7 +423,7 @@ impl Writer<'_> {
             self.str(&choice.backend);
         }
         // Last, so a record written before keys were journaled reads as unkeyed; an empty key
-        // stands for none when the healed calls follow.
+        // stands for none when the sections after it follow.
         let healed: Vec<(usize, usize, &str)> = record
             .choices
             .iter()
@@ -420,13 +433,23 @@ impl Writer<'_> {
                 calls.filter_map(move |(i, call)| Some((c, i, call.healed_from?)))
             })
             .collect();
-        if record.key.is_some() || !healed.is_empty() {
+        let echo_keys: Vec<(usize, usize, &EchoKey)> = record
+            .choices
+            .iter()
+            .enumerate()
+            .flat_map(|(c, choice)| {
+                let calls = choice.tool_calls.iter().enumerate();
+                calls.filter_map(move |(i, call)| Some((c, i, call.echo.as_ref()?)))
+            })
+            .collect();
+        let echoes = !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
+        if record.key.is_some() || !healed.is_empty() || echoes {
             let key = record.key.as_ref();
             self.str(key.map_or("", |k| k.key.as_str()));
             self.u64(key.map_or(0, |k| k.body_hash));
         }
         // After the key, so records written before calls were healed across formats read.
-        if !healed.is_empty() {
+        if !healed.is_empty() || echoes {
             self.u32(healed.len() as u32);
             for (choice, call, format) in healed {
                 self.u32(choice as u32);
@@ -434,6 +457,28 @@ impl Writer<'_> {
                 self.str(format);
             }
         }
+        // After the healed calls, so records written before calls were recognised changed read.
+        if echoes {
+            self.u32(echo_keys.len() as u32);
+            for (choice, call, echo) in echo_keys {
+                self.u32(choice as u32);
+                self.u32(call as u32);
+                self.u64(echo.canonical_hash);
+                self.u64(echo.text_hash);
+                self.strings(&echo.default_keys);
+            }
+            self.u32(record.labels.echoed_calls.len() as u32);
+            for echoed in &record.labels.echoed_calls {
+                self.str(&echoed.id);
+                self.str(echoed.change);
+                self.strings(&echoed.keys);
+            }
+        }
+    }
+
+    fn strings(&mut self, list: &[String]) {
+        self.u32(list.len() as u32);
+        list.iter().for_each(|s| self.str(s));
     }
 }
 
@@ -486,6 +531,9 @@ impl<'b> Reader<'b> {
     fn string(&mut self) -> Result<String, Corrupt> {
         let n = self.len(1)?;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Corrupt("utf-8"))
+    }
+    fn strings(&mut self) -> Result<Vec<String>, Corrupt> {
+        (0..self.len(4)?).map(|_| self.string()).collect()
     }
     fn opt_string(&mut self) -> Result<Option<String>, Corrupt> {
         Ok(match self.bool()? {
@@ -570,6 +618,29 @@ impl<'b> Reader<'b> {
                 call.healed_from = Some(format.parser().name());
             }
         }
+        let mut echoed_calls = Vec::new();
+        if !self.bytes.is_empty() {
+            for _ in 0..self.len(28)? {
+                let (choice, call) = (self.u32()? as usize, self.u32()? as usize);
+                let echo = EchoKey {
+                    canonical_hash: self.u64()?,
+                    text_hash: self.u64()?,
+                    default_keys: self.strings()?,
+                };
+                let call = choices
+                    .get_mut(choice)
+                    .and_then(|c| c.tool_calls.get_mut(call))
+                    .ok_or(Corrupt("echo key"))?;
+                call.echo = Some(echo);
+            }
+            for _ in 0..self.len(12)? {
+                echoed_calls.push(EchoChange {
+                    id: self.string()?,
+                    change: intern(&self.string()?),
+                    keys: self.strings()?,
+                });
+            }
+        }
         Ok(CommitRecord {
             start,
             new_prompt,
@@ -579,6 +650,7 @@ impl<'b> Reader<'b> {
                 api,
                 tools_left_out,
                 nudge,
+                echoed_calls,
             },
             track_tree,
             choices,
@@ -619,6 +691,7 @@ impl<'b> Reader<'b> {
                         id: self.string()?,
                         call_hash: self.u64()?,
                         healed_from: None,
+                        echo: None,
                     })
                 })
                 .collect::<Result<_, Corrupt>>()?,

@@ -6,22 +6,29 @@
 //! checksum (u64), the payload (an [`Entry`], [`codec`]). A turn is journaled as the
 //! [`crate::session::CommitRecord`] the session applies, so replaying applies exactly what was
 //! applied. A write completes into the operating system before the reply, which a `kill -9`
-//! cannot undo (only a power loss could; `sync` is called when the proxy drains). A frame cut
-//! short by a crash mid-write fails its checksum and is dropped at the next start, with
-//! everything after it. Deleted sessions' frames are garbage: the file is compacted at start
-//! and whenever garbage outweighs live data, by copying the live frames aside while appends
-//! go on, then taking the few frames appended meanwhile under the lock and renaming.
+//! cannot undo (only a power loss could; `sync` is called when the proxy drains). A write
+//! that fails (a full disk) is cut off again before the turn is refused: a record is either
+//! wholly in the file and acknowledged, or not there at all. A frame cut short by a crash
+//! mid-write is dropped at the next start; damage mid-file is skipped over without losing the
+//! frames after it (see [`replay`]). Deleted sessions' frames are garbage: the file is
+//! compacted at start and whenever garbage outweighs live data, by copying the live frames
+//! aside while appends go on, then taking the few frames appended meanwhile under the lock and
+//! renaming. One process at a time opens a data directory ([`lock`]).
 
 pub mod codec;
+mod lock;
+mod replay;
 
 pub use codec::Entry;
+pub use replay::{Damage, Replayed, restore};
 
-use crate::session::replies::{KeySlot, RecordedReply};
+use crate::session::replies::KeySlot;
 use crate::session::responses::StoredResponse;
 use crate::session::{CommitRecord, LogError, Reward, Session, SessionLog, SessionStore};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use uuid::Uuid;
@@ -32,6 +39,8 @@ const MAGIC: &[u8; 8] = b"RPJRNL01";
 const HEADER: usize = 12;
 /// Garbage below this is left alone.
 const MIN_GARBAGE: u64 = 64 * 1024 * 1024;
+/// The largest payload a frame may have (a turn of a million-token prompt is 4 MiB).
+const MAX_FRAME: usize = 1 << 30;
 
 /// Journal failures.
 #[derive(Debug, thiserror::Error)]
@@ -52,17 +61,63 @@ pub enum JournalError {
         /// What could not be read.
         source: codec::Corrupt,
     },
+    /// Another process has the data directory open.
+    #[error("data directory {dir} is in use by {holder}")]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file says.
+        holder: String,
+    },
+    /// An entry too large for a frame.
+    #[error("journal entry of {bytes} bytes exceeds the largest frame ({MAX_FRAME} bytes)")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+    },
 }
 
 /// The journal of one data directory.
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
-    file: Mutex<BufWriter<File>>,
+    file: Mutex<Appender>,
     /// Bytes of live data and of garbage, and the sessions whose frames are garbage.
     space: Mutex<Space>,
     /// Held while compacting (one at a time).
     compacting: Mutex<()>,
+    /// Damage repaired at start-up (reported by `/health`).
+    damage: Option<Damage>,
+    /// The data directory's lock, held while the journal is open.
+    _lock: lock::DirLock,
+}
+
+/// The journal file, written at the end of its last whole frame.
+#[derive(Debug)]
+struct Appender {
+    file: File,
+    /// Where the last whole frame ends: the next is written here.
+    end: u64,
+}
+
+impl Appender {
+    /// Writes `frame` after the last whole frame; a write that fails is cut off again, so a
+    /// refused record leaves no byte (were the cut to fail too, the next frame is written
+    /// over it all the same: every write starts at `end`).
+    fn append(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        match self.file.write_all_at(frame, self.end) {
+            Ok(()) => {
+                self.end += frame.len() as u64;
+                Ok(())
+            }
+            Err(error) => {
+                if let Err(cut) = self.file.set_len(self.end) {
+                    tracing::error!(%cut, "journal: cutting off a failed write failed");
+                }
+                Err(error)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -75,25 +130,15 @@ struct Space {
     dead: HashSet<Uuid>,
 }
 
-/// What a start found in the journal.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Replayed {
-    /// Sessions restored.
-    pub sessions: usize,
-    /// Turns applied.
-    pub turns: usize,
-    /// Bytes of a torn last frame dropped.
-    pub dropped_bytes: u64,
-}
-
 impl Journal {
-    /// Opens (or creates) the journal in `dir` and replays it into `store`; compacts it when
-    /// it holds more garbage than live data.
+    /// Opens (or creates) the journal in `dir`, locking the directory, and replays it into
+    /// `store`; repairs damage, and compacts it when it holds more garbage than live data.
     pub fn open(dir: &Path, store: &SessionStore) -> Result<(Self, Replayed), JournalError> {
         std::fs::create_dir_all(dir).map_err(|source| JournalError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
+        let lock = lock::DirLock::acquire(dir)?;
         let path = dir.join("journal");
         let io = |source| JournalError::Io {
             path: path.clone(),
@@ -109,31 +154,58 @@ impl Journal {
         let mut space = Space::default();
         let mut replayed = Replayed::default();
         let length = file.metadata().map_err(io)?.len();
-        let good_end = if length == 0 {
+        let end = if length == 0 {
             file.write_all(MAGIC).map_err(io)?;
             MAGIC.len() as u64
         } else {
-            replay(&path, &mut file, store, &mut space, &mut replayed)?
+            let frames =
+                replay::replay(&path, &mut file, length, store, &mut space, &mut replayed)?;
+            if frames.needs_repair() {
+                let mut cut: Vec<Uuid> = replayed.cut.iter().copied().collect();
+                cut.sort();
+                let damage = repair(&path, &frames, cut)?;
+                tracing::error!(
+                    regions = damage.regions.len(),
+                    bytes = damage.bytes,
+                    copy = %damage.copy.display(),
+                    "journal: damage mid-file skipped over; the whole frames after it were \
+                     kept, and the file as it was is kept aside"
+                );
+                replayed.damage = Some(damage);
+                file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io)?;
+            } else if replayed.dropped_bytes > 0 {
+                tracing::warn!(
+                    bytes = replayed.dropped_bytes,
+                    "journal: a torn last frame was dropped"
+                );
+                file.set_len(frames.end()).map_err(io)?;
+            }
+            match &replayed.damage {
+                Some(_) => file.metadata().map_err(io)?.len(),
+                None => frames.end(),
+            }
         };
-        if good_end < file.metadata().map_err(io)?.len() {
-            replayed.dropped_bytes = file.metadata().map_err(io)?.len() - good_end;
-            tracing::warn!(
-                bytes = replayed.dropped_bytes,
-                "journal: a torn last frame was dropped"
-            );
-            file.set_len(good_end).map_err(io)?;
-        }
-        file.seek(SeekFrom::End(0)).map_err(io)?;
         let journal = Self {
             path: path.clone(),
-            file: Mutex::new(BufWriter::new(file)),
+            file: Mutex::new(Appender { file, end }),
             space: Mutex::new(space),
             compacting: Mutex::new(()),
+            damage: replayed.damage.clone(),
+            _lock: lock,
         };
         if journal.worth_compacting(0) {
             journal.compact()?;
         }
         Ok((journal, replayed))
+    }
+
+    /// Damage repaired when the journal was opened.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
     }
 
     /// Appends `entry`; the entry is in the operating system's hands when this returns.
@@ -153,15 +225,17 @@ impl Journal {
         frame.extend_from_slice(&[0; HEADER]);
         encode(&mut frame);
         let payload_len = frame.len() - HEADER;
+        if payload_len > MAX_FRAME {
+            return Err(JournalError::TooLarge { bytes: payload_len });
+        }
         let checksum = xxhash_rust::xxh3::xxh3_64(&frame[HEADER..]);
         frame[..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
         frame[4..HEADER].copy_from_slice(&checksum.to_le_bytes());
-        {
-            let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-            file.write_all(&frame)
-                .and_then(|()| file.flush())
-                .map_err(|source| self.io(source))?;
-        }
+        self.file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .append(&frame)
+            .map_err(|source| self.io(source))?;
         let mut space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
         space.add(session, frame.len() as u64, deleted);
         Ok(())
@@ -177,10 +251,8 @@ impl Journal {
 
     /// Forces the journal to disk (when the proxy drains).
     pub fn sync(&self) -> Result<(), JournalError> {
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.flush()
-            .and_then(|()| file.get_ref().sync_all())
-            .map_err(|source| self.io(source))
+        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.file.sync_all().map_err(|source| self.io(source))
     }
 
     /// Size of the journal file in bytes.
@@ -212,11 +284,7 @@ impl Journal {
             let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
             space.dead.clone()
         };
-        let end = {
-            let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-            file.flush().map_err(io)?;
-            file.get_ref().metadata().map_err(io)?.len()
-        };
+        let end = self.file.lock().unwrap_or_else(PoisonError::into_inner).end;
         // 2. The live frames up to there, copied aside while appends go on.
         let aside = self.path.with_extension("compacting");
         let mut out = BufWriter::new(File::create(&aside).map_err(io)?);
@@ -232,19 +300,22 @@ impl Journal {
         .map_err(io)?;
         // 3. Under the lock: the frames appended meanwhile, then the new file in place.
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.flush().map_err(io)?;
-        let now = file.get_ref().metadata().map_err(io)?.len();
+        let now = file.end;
         source.seek(SeekFrom::Start(end)).map_err(io)?;
         copy_frames(&mut source, &mut out, (end, now), |_| true).map_err(io)?;
         out.flush().map_err(io)?;
         out.get_ref().sync_all().map_err(io)?;
         std::fs::rename(&aside, &self.path).map_err(io)?;
-        let mut reopened = OpenOptions::new()
-            .append(true)
+        let reopened = OpenOptions::new()
+            .read(true)
+            .write(true)
             .open(&self.path)
             .map_err(io)?;
-        reopened.seek(SeekFrom::End(0)).map_err(io)?;
-        *file = BufWriter::new(reopened);
+        let end = reopened.metadata().map_err(io)?.len();
+        *file = Appender {
+            file: reopened,
+            end,
+        };
         let mut space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
         space.garbage_bytes = space
             .garbage_bytes
@@ -321,9 +392,11 @@ impl SessionLog for Journal {
         response_id: &str,
         response: &StoredResponse,
     ) -> Result<(), LogError> {
+        let previous = response.previous.as_ref();
         let entry = Entry::Stored {
             id: session,
             response_id: response_id.to_string(),
+            previous: previous.and_then(|p| p.body["id"].as_str().map(str::to_string)),
             items: serde_json::to_string(&response.items).unwrap_or_default(),
             body: response.body.to_string(),
         };
@@ -341,6 +414,45 @@ impl SessionLog for Journal {
     fn bytes(&self) -> Option<u64> {
         Some(self.size())
     }
+
+    fn recovered(&self) -> Option<serde_json::Value> {
+        self.damage
+            .as_ref()
+            .and_then(|d| serde_json::to_value(d).ok())
+    }
+}
+
+/// Keeps the damaged file aside and rewrites the journal from the frames applied only.
+fn repair(
+    path: &Path,
+    frames: &replay::Frames,
+    sessions_cut: Vec<Uuid>,
+) -> Result<Damage, JournalError> {
+    let io = |source| JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let copy = path.with_file_name(format!("journal.damaged-{stamp}"));
+    std::fs::copy(path, &copy).map_err(io)?;
+    let aside = path.with_extension("repairing");
+    let mut out = BufWriter::new(File::create(&aside).map_err(io)?);
+    out.write_all(MAGIC).map_err(io)?;
+    let mut source = BufReader::new(File::open(path).map_err(io)?);
+    for &(start, end) in &frames.runs {
+        source.seek(SeekFrom::Start(start)).map_err(io)?;
+        std::io::copy(&mut (&mut source).take(end - start), &mut out).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    out.get_ref().sync_all().map_err(io)?;
+    std::fs::rename(&aside, path).map_err(io)?;
+    Ok(Damage {
+        bytes: frames.damaged.iter().map(|(_, bytes)| bytes).sum(),
+        regions: frames.damaged.clone(),
+        frames_not_applied: frames.not_applied,
+        sessions_cut,
+        copy,
+    })
 }
 
 fn log_error(error: JournalError) -> LogError {
@@ -375,6 +487,12 @@ fn copy_frames(
     while at < to {
         source.read_exact(&mut header)?;
         let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        if len > MAX_FRAME || at + (HEADER + len) as u64 > to {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a frame overruns the stretch being copied",
+            ));
+        }
         payload.resize(len, 0);
         source.read_exact(&mut payload)?;
         at += (HEADER + len) as u64;
@@ -385,136 +503,6 @@ fn copy_frames(
         }
     }
     Ok(kept)
-}
-
-/// Reads every frame, applying each to `store`; returns where the last whole frame ends.
-fn replay(
-    path: &Path,
-    file: &mut File,
-    store: &SessionStore,
-    space: &mut Space,
-    replayed: &mut Replayed,
-) -> Result<u64, JournalError> {
-    let mut reader = BufReader::with_capacity(1 << 20, &mut *file);
-    let mut magic = [0u8; MAGIC.len()];
-    if reader.read_exact(&mut magic).is_err() || &magic != MAGIC {
-        return Err(JournalError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other("not a rollout-proxy journal"),
-        });
-    }
-    let mut at = MAGIC.len() as u64;
-    let mut header = [0u8; HEADER];
-    let mut payload = Vec::new();
-    loop {
-        if reader.read_exact(&mut header).is_err() {
-            return Ok(at);
-        }
-        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let checksum = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
-        payload.resize(len, 0);
-        if reader.read_exact(&mut payload).is_err()
-            || xxhash_rust::xxh3::xxh3_64(&payload) != checksum
-        {
-            return Ok(at);
-        }
-        let entry = codec::decode(&payload).map_err(|source| JournalError::Corrupt {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let frame = (HEADER + len) as u64;
-        space.add(entry.session(), frame, codec::is_deletion(&payload));
-        restore(store, entry, replayed);
-        at += frame;
-    }
-}
-
-/// Applies one entry to the sessions being restored, counting what it restored in `replayed`
-/// (public so that another store of the same entries replays them the same way).
-pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) {
-    match entry {
-        Entry::Created {
-            id,
-            options,
-            created_at,
-        } => {
-            store.restore(id, options, created_at);
-            replayed.sessions += 1;
-        }
-        Entry::Committed { id, record } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let mut state = session
-                    .state
-                    .try_lock()
-                    .expect("no turn runs during replay");
-                session.apply(&mut state, &record);
-                replayed.turns += 1;
-            }
-        }
-        Entry::Relabelled { id, node, label } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let mut state = session
-                    .state
-                    .try_lock()
-                    .expect("no turn runs during replay");
-                state.relabel(node, label);
-            }
-        }
-        Entry::Deleted { id } => {
-            if store.remove(&id.to_string()).is_some() {
-                replayed.sessions -= 1;
-            }
-        }
-        Entry::Replied {
-            id,
-            key,
-            body_hash,
-            status,
-            content_type,
-            body,
-        } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let reply = RecordedReply {
-                    status,
-                    content_type,
-                    body: body.into(),
-                };
-                let slot = KeySlot {
-                    body_hash,
-                    reply: Some(reply),
-                };
-                session.replies.restore(&key, slot);
-            }
-        }
-        Entry::Rewarded {
-            id,
-            reward,
-            metadata,
-            rewarded_at,
-        } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                session.set_reward(Reward {
-                    reward,
-                    metadata: serde_json::from_str(&metadata).unwrap_or_default(),
-                    rewarded_at,
-                });
-            }
-        }
-        Entry::Stored {
-            id,
-            response_id,
-            items,
-            body,
-        } => {
-            let stored = serde_json::from_str(&items)
-                .ok()
-                .zip(serde_json::from_str(&body).ok());
-            if let (Some(session), Some((items, body))) = (store.get(&id.to_string()), stored) {
-                let response = StoredResponse { items, body };
-                session.responses.insert(response_id, response);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -540,6 +528,15 @@ mod tests {
                 api: "messages",
                 tools_left_out: vec!["web_search".into()],
                 nudge: None,
+                // From seed 10 on, a call of the turn before came back changed.
+                echoed_calls: match seed >= 10 {
+                    true => vec![crate::session::EchoChange {
+                        id: "toolu_0".into(),
+                        change: "defaults",
+                        keys: vec!["+replace_all".into()],
+                    }],
+                    false => Vec::new(),
+                },
             },
             track_tree: false,
             choices: vec![RecordedChoice {
@@ -556,6 +553,12 @@ mod tests {
                     call_hash: 9,
                     // From seed 9 on, healed from another format, keyed or not.
                     healed_from: (seed >= 9).then_some("qwen3_coder"),
+                    // Seed 8 and 11 on: recognisable when handed back changed.
+                    echo: (seed == 8 || seed >= 11).then(|| crate::session::EchoKey {
+                        canonical_hash: 5,
+                        text_hash: 6,
+                        default_keys: vec!["opts.verbose".into()],
+                    }),
                 }],
                 fingerprints: vec![1, 2],
                 backend: "b".into(),
@@ -591,7 +594,7 @@ mod tests {
 
     #[test]
     fn entries_read_back_as_written() {
-        for seed in [7, 8, 9, 10] {
+        for seed in [7, 8, 9, 10, 11, 12] {
             let entry = Entry::Committed {
                 id: Uuid::new_v4(),
                 record: turn(Some(2), seed),
@@ -660,6 +663,202 @@ mod tests {
             committed(&restored, "key-1").is_none(),
             "unkeyed turns have no key"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A scratch folder under the build's.
+    fn scratch(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/tmp")
+            .join(format!("{name}-{}", Uuid::new_v4()))
+    }
+
+    /// A journal of a few sessions with turns, one deleted: its bytes and its entries.
+    fn written_journal() -> (Vec<u8>, Vec<Entry>) {
+        let dir = scratch("journal-source");
+        let store = SessionStore::default();
+        let (journal, _) = Journal::open(&dir, &store).unwrap();
+        let mut entries = Vec::new();
+        for i in 0..6u32 {
+            let id = Uuid::new_v4();
+            entries.push(Entry::Created {
+                id,
+                options: SessionOptions::default(),
+                created_at: f64::from(i),
+            });
+            for t in 0..3 {
+                let record = turn((t > 0).then_some(0), i * 10 + t);
+                entries.push(Entry::Committed { id, record });
+            }
+            if i == 2 {
+                entries.push(Entry::Deleted { id });
+            }
+        }
+        for entry in &entries {
+            journal.append(entry).unwrap();
+        }
+        drop(journal);
+        let bytes = std::fs::read(dir.join("journal")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (bytes, entries)
+    }
+
+    /// Each frame's byte range in a whole journal.
+    fn frame_ranges(bytes: &[u8]) -> Vec<(usize, usize)> {
+        let mut at = MAGIC.len();
+        let mut ranges = Vec::new();
+        while at < bytes.len() {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            ranges.push((at, at + HEADER + len));
+            at += HEADER + len;
+        }
+        ranges
+    }
+
+    /// One session's nodes as text (`None`: not there).
+    fn session_text(store: &SessionStore, id: Uuid) -> Option<String> {
+        snapshot(store)
+            .into_iter()
+            .find(|(known, _)| *known == id)
+            .map(|(_, text)| text)
+    }
+
+    /// The session's nodes after each prefix of its own entries: `[0]` before any, then after
+    /// each one.
+    fn states_of(entries: &[Entry], id: Uuid) -> Vec<Option<String>> {
+        let store = SessionStore::default();
+        let mut replayed = Replayed::default();
+        let mut states = vec![None];
+        for entry in entries.iter().filter(|e| e.session() == id) {
+            restore(&store, entry.clone(), &mut replayed);
+            states.push(session_text(&store, id));
+        }
+        states
+    }
+
+    /// Random cuts and flipped bytes: every record before the damage is kept; every session no
+    /// damage touched comes back whole (records after the damage included); a session whose
+    /// record was lost comes back as it stood just before that record (its deletion, when
+    /// whole, still applies), never as a state it never had.
+    #[test]
+    fn replay_keeps_every_whole_frame_and_invents_none() {
+        use rand::{Rng, SeedableRng};
+        let (bytes, entries) = written_journal();
+        let ranges = frame_ranges(&bytes);
+        assert_eq!(ranges.len(), entries.len());
+        let mut ids: Vec<Uuid> = entries.iter().map(Entry::session).collect();
+        ids.dedup();
+        let states: Vec<Vec<Option<String>>> =
+            ids.iter().map(|&id| states_of(&entries, id)).collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(30);
+        for case in 0..300 {
+            let mut damaged = bytes.clone();
+            // Which frames the damage leaves whole.
+            let intact: Vec<bool> = match case % 3 {
+                // A crash mid-write: the file cut anywhere after its magic.
+                0 => {
+                    let cut = rng.random_range(MAGIC.len()..bytes.len());
+                    damaged.truncate(cut);
+                    ranges.iter().map(|&(_, end)| end <= cut).collect()
+                }
+                // One flipped byte, or a few in a row, anywhere in the frames.
+                _ => {
+                    let at = rng.random_range(MAGIC.len()..bytes.len());
+                    let span = match case % 3 {
+                        1 => 1,
+                        _ => rng.random_range(1..=24).min(bytes.len() - at),
+                    };
+                    for byte in &mut damaged[at..at + span] {
+                        *byte ^= rng.random_range(1..=255u8);
+                    }
+                    ranges
+                        .iter()
+                        .map(|&(start, end)| end <= at || start >= at + span)
+                        .collect()
+                }
+            };
+            let dir = scratch("journal-damaged");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("journal"), &damaged).unwrap();
+            let restored = SessionStore::default();
+            let (journal, replayed) = Journal::open(&dir, &restored).unwrap();
+            for (id, states) in ids.iter().zip(&states) {
+                let own: Vec<(&Entry, bool)> = entries
+                    .iter()
+                    .zip(&intact)
+                    .filter(|(entry, _)| entry.session() == *id)
+                    .map(|(entry, whole)| (entry, *whole))
+                    .collect();
+                let expected = match own.iter().position(|(_, whole)| !whole) {
+                    None => states.last().unwrap().clone(),
+                    Some(_)
+                        if own
+                            .iter()
+                            .any(|(e, whole)| *whole && matches!(e, Entry::Deleted { .. })) =>
+                    {
+                        None
+                    }
+                    Some(lost) => states[lost].clone(),
+                };
+                assert_eq!(
+                    session_text(&restored, *id),
+                    expected,
+                    "case {case}, session {id}"
+                );
+            }
+            assert_eq!(restored.len(), snapshot(&restored).len());
+            // Damage with whole frames after it is kept aside, never deleted; a cut is a torn
+            // tail, dropped.
+            let after_damage = intact
+                .iter()
+                .skip_while(|whole| **whole)
+                .any(|whole| *whole);
+            if after_damage {
+                assert!(replayed.damage.is_some(), "case {case}");
+            }
+            if case % 3 == 0 {
+                assert!(replayed.damage.is_none(), "case {case}");
+            }
+            // A cut between two frames leaves a shorter journal, nothing to notice.
+            let cut_between = case % 3 == 0 && ranges.iter().any(|&(_, end)| end == damaged.len());
+            let lost = intact.iter().any(|whole| !whole) && !cut_between;
+            assert_eq!(
+                replayed.damage.is_some() || replayed.dropped_bytes > 0,
+                lost,
+                "case {case}"
+            );
+            if let Some(damage) = &replayed.damage {
+                assert_eq!(std::fs::read(&damage.copy).unwrap(), damaged, "case {case}");
+            }
+            // Appends go on after the repair, and a second start finds the journal clean.
+            let session = restored.create(SessionOptions::default()).unwrap();
+            journal.created(&session).unwrap();
+            drop(journal);
+            let again = SessionStore::default();
+            let (_, replayed) = Journal::open(&dir, &again).unwrap();
+            assert!(
+                replayed.damage.is_none() && replayed.dropped_bytes == 0,
+                "case {case}"
+            );
+            assert_eq!(snapshot(&again), snapshot(&restored), "case {case}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn a_length_beyond_the_file_allocates_nothing() {
+        let dir = scratch("journal-lengths");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[0xFF; 16]);
+        std::fs::write(dir.join("journal"), &bytes).unwrap();
+        let store = SessionStore::default();
+        let (_, replayed) = Journal::open(&dir, &store).unwrap();
+        assert_eq!(
+            replayed.dropped_bytes, 16,
+            "a torn tail: nothing follows it"
+        );
+        assert_eq!(store.len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,6 +16,21 @@ pub struct IssuedToolCall {
     pub call_hash: u64,
     /// The format it was written in when not the session's (cross-format healing).
     pub healed_from: Option<&'static str>,
+    /// How it is recognised when a client hands it back changed (none in records journaled
+    /// before it was kept: such calls match only unchanged).
+    pub echo: Option<EchoKey>,
+}
+
+/// How an issued call is recognised when a client hands it back re-serialised or with its
+/// schema's defaults filled in (see [`crate::tools::echo`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EchoKey {
+    /// Hash of the call read canonically: numbers by value, default-valued keys left out.
+    pub canonical_hash: u64,
+    /// Hash of the arguments' text as returned.
+    pub text_hash: u64,
+    /// Its keys at their declared default, as the model wrote them.
+    pub default_keys: Vec<String>,
 }
 
 /// A sampled completion: where its ids live and how to recognise it in a later request.

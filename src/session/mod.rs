@@ -13,9 +13,13 @@ pub mod replies;
 pub mod responses;
 mod reward;
 
-pub use completion::{CompletionId, CompletionRecord, ConversationDigest, IssuedToolCall};
-pub use node::{Divergence, HealedCall, HistoryEntry, Node, SegmentCheck, Span, TurnRecord};
-pub use record::{CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply};
+pub use completion::{CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall};
+pub use node::{
+    Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, Span, TurnRecord,
+};
+pub use record::{
+    CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply, fits,
+};
 pub use reward::Reward;
 
 use dashmap::DashMap;

@@ -97,6 +97,23 @@ pub struct TurnRecord {
     /// (cross-format healing), each with that format.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub healed_calls: Vec<HealedCall>,
+    /// Calls of the turn before that the client handed back changed, each still recognised
+    /// as the call the model made (its sampled ids stand), with what changed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub echoed_calls: Vec<EchoChange>,
+}
+
+/// A change a client made to a call it handed back that leaves it the call the model made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EchoChange {
+    /// The call's id.
+    pub id: String,
+    /// `formatting` (the same arguments written otherwise: spacing, key order, escapes,
+    /// number spelling) or `defaults` (keys at their declared default added or left out).
+    pub change: &'static str,
+    /// With `defaults`: the keys added (`+replace_all`) or left out (`-replace_all`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
 }
 
 /// A call promoted from another tool-call format than its session's.

@@ -38,6 +38,8 @@ pub struct TurnLabels {
     pub tools_left_out: Vec<String>,
     /// How a nudge retry went for this attempt (`kept`, ...), if there was one.
     pub nudge: Option<&'static str>,
+    /// Calls of the turn before handed back changed but recognised.
+    pub echoed_calls: Vec<super::EchoChange>,
 }
 
 /// A sampled turn, as the session records it.
@@ -115,11 +117,35 @@ impl Session {
             let turn = CommittedTurn {
                 choices: record.choices.clone(),
                 issued_before,
+                body_hash: key.body_hash,
             };
             self.replies.note_commit(&key.key, turn);
         }
         nodes
     }
+}
+
+/// Whether `record` fits the session whose state is `state`: the node it extends and the
+/// completions its history names are there. A record journaled after one of its session's
+/// records was lost (damage in the journal) may not, and must not be applied.
+pub fn fits(state: &SessionState, record: &CommitRecord) -> bool {
+    let base = match record.start {
+        Start::Extend { node } => node < state.nodes.len(),
+        Start::New { .. } => true,
+    };
+    let divergence_node = match &record.start {
+        Start::New {
+            divergence: Some(divergence),
+        } => divergence
+            .from_node
+            .is_none_or(|node| node < state.nodes.len()),
+        _ => true,
+    };
+    base && divergence_node
+        && record
+            .history
+            .iter()
+            .all(|entry| entry.completion < state.completions.len())
 }
 
 /// Writes `record` into the session; returns the node index of each choice.
@@ -200,6 +226,7 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
                     })
                 })
                 .collect(),
+            echoed_calls: record.labels.echoed_calls.clone(),
         });
         state.issued_calls += choice.tool_calls.len();
         state.completions.push(CompletionRecord {
@@ -254,6 +281,10 @@ pub trait SessionLog: Send + Sync + std::fmt::Debug {
     }
     /// Forces everything to durable storage (when the proxy drains).
     fn sync(&self) -> Result<(), LogError>;
+    /// Damage the log found and repaired when it was opened, for `GET /health`.
+    fn recovered(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// A [`SessionLog`] could not keep a change.

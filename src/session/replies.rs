@@ -30,6 +30,8 @@ pub struct CommittedTurn {
     pub choices: Vec<RecordedChoice>,
     /// Tool calls the session had returned before this turn (its calls' ids follow on).
     pub issued_before: usize,
+    /// Hash of the request body the turn was asked with: the key is bound to it.
+    pub body_hash: u64,
 }
 
 /// A recorded reply, as sent.
@@ -43,10 +45,11 @@ pub struct RecordedReply {
     pub body: bytes::Bytes,
 }
 
-/// What one key holds: the request it was first used with, and its reply once there is one.
+/// What one key holds: its reply once there is one, and the request that reply answered.
 #[derive(Debug, Default)]
 pub struct KeySlot {
-    /// Hash of the request body the key was first used with (0: never used).
+    /// Hash of the request body of the recorded reply (0: none yet). Only a recorded turn
+    /// binds a key: a refused or failed request leaves it free for a corrected retry.
     pub body_hash: u64,
     /// The reply, once a turn with this key was recorded and its reply sent whole.
     pub reply: Option<RecordedReply>,

@@ -175,6 +175,12 @@ impl DeclaredTools {
         self.functions.iter().map(|f| f.name.as_str())
     }
 
+    /// The parameter schema of the function `name`, if it declares one.
+    pub fn parameters(&self, name: &str) -> Option<&Value> {
+        let index = self.functions.iter().position(|f| f.name == name)?;
+        self.json.get(index)?.get("function")?.get("parameters")
+    }
+
     pub(super) fn functions(&self) -> &[Function] {
         &self.functions
     }

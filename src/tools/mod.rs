@@ -7,6 +7,7 @@ mod auto;
 mod declared;
 mod deepseek;
 pub mod detect;
+pub mod echo;
 mod foreign;
 mod gemma4;
 mod harmony;

@@ -4,20 +4,22 @@
 use super::matching::recognisers;
 use super::{Base, ChoiceOutput, Plan};
 use crate::session::{CommitRecord, RecordedChoice, SessionState, Start, TurnLabels, apply};
+use crate::tools::DeclaredTools;
 
 impl CommitRecord {
-    /// The record of `choices` sampled for `plan` (unkeyed).
+    /// The record of `choices` sampled for `plan` (unkeyed); `tools` were the request's.
     pub fn new(
         plan: &Plan,
         choices: &[ChoiceOutput],
         labels: &TurnLabels,
         track_tree: bool,
+        tools: Option<&DeclaredTools>,
     ) -> Self {
         let choices = choices
             .iter()
             .map(|choice| {
                 let generation = &choice.generation;
-                let (tool_calls, fingerprints) = recognisers(&choice.reply);
+                let (tool_calls, fingerprints) = recognisers(&choice.reply, tools);
                 RecordedChoice {
                     token_ids: generation.token_ids.clone(),
                     logprobs: generation.logprobs.clone(),
@@ -57,9 +59,10 @@ pub fn commit(
     plan: &Plan,
     choices: &[ChoiceOutput],
     labels: &TurnLabels,
-    track_tree: bool,
+    tools: Option<&DeclaredTools>,
 ) -> Vec<usize> {
-    let nodes = apply(state, &CommitRecord::new(plan, choices, labels, track_tree));
+    let record = CommitRecord::new(plan, choices, labels, false, tools);
+    let nodes = apply(state, &record);
     super::tail::remember(state, plan, choices.len());
     nodes
 }

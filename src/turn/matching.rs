@@ -1,29 +1,45 @@
 //! Recognising replies when they come back: the fingerprints a sampled reply is recorded
 //! under, and which assistant messages of a later request are completions this session
 //! sampled. Those are replaced by their exact token ids.
+//!
+//! A call handed back re-serialised, or with its schema's defaults filled in, is still the
+//! call the model made ([`crate::tools::echo`]); what changed is recorded on the turn.
 
 use super::reply::Reply;
-use crate::chat::{ChatMessage, Role};
+use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::session::completion::{message_fingerprint, tool_call_hash};
-use crate::session::{CompletionId, IssuedToolCall, SessionState};
+use crate::session::{CompletionId, EchoChange, EchoKey, IssuedToolCall, SessionState};
+use crate::tools::DeclaredTools;
+use crate::tools::echo::canonical;
 use serde_json::Value;
 
 /// How `reply` will be recognised when a client sends it back: the calls it returned (each
-/// under its id and a hash of what it called) and the fingerprints of the assistant messages
-/// that stand for it (its content with its call ids; with calls or reasoning, also its raw
-/// text, which a client may send back instead).
-pub fn recognisers(reply: &Reply) -> (Vec<IssuedToolCall>, Vec<u64>) {
+/// under its id, a hash of what it called, and its canonical form under the request's `tools`)
+/// and the fingerprints of the assistant messages that stand for it (its content with its
+/// call ids; with calls or reasoning, also its raw text, which a client may send back
+/// instead).
+pub fn recognisers(
+    reply: &Reply,
+    tools: Option<&DeclaredTools>,
+) -> (Vec<IssuedToolCall>, Vec<u64>) {
     let tool_calls: Vec<IssuedToolCall> = reply
         .tool_calls
         .iter()
-        .map(|call| IssuedToolCall {
-            id: call.id.clone(),
-            healed_from: call.healed_from,
-            call_hash: tool_call_hash(
-                &call.name,
-                &serde_json::from_str(&call.arguments)
-                    .unwrap_or_else(|_| Value::String(call.arguments.clone())),
-            ),
+        .map(|call| {
+            let arguments = serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            let schema = tools.and_then(|t| t.parameters(&call.name));
+            let canonical = canonical(&call.name, &arguments, schema);
+            IssuedToolCall {
+                id: call.id.clone(),
+                healed_from: call.healed_from,
+                call_hash: tool_call_hash(&call.name, &arguments),
+                echo: Some(EchoKey {
+                    canonical_hash: canonical.hash,
+                    text_hash: xxhash_rust::xxh3::xxh3_64(call.arguments.as_bytes()),
+                    default_keys: canonical.default_keys,
+                }),
+            }
         })
         .collect();
     let content = reply.content.as_deref().unwrap_or("");
@@ -37,15 +53,28 @@ pub fn recognisers(reply: &Reply) -> (Vec<IssuedToolCall>, Vec<u64>) {
     (tool_calls, fingerprints)
 }
 
+/// The assistant messages of a request recognised as completions this session sampled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Matched {
+    /// For each message, the completion it is (assistant messages only).
+    pub completions: Vec<Option<CompletionId>>,
+    /// The calls of the last recognised completion that came back changed, with what changed
+    /// (earlier ones were recorded on the turn after theirs).
+    pub echoed_calls: Vec<EchoChange>,
+}
+
 /// For each message, the completion it is (assistant messages only), matched by tool-call ids
-/// and by content. A completion is preferred when it followed the previously matched one in
-/// its node, so identical answers in different branches map to the right branch.
+/// and by content; calls are compared under the request's `tools`. A completion is preferred
+/// when it followed the previously matched one in its node, so identical answers in different
+/// branches map to the right branch.
 pub fn match_completions(
     state: &SessionState,
     messages: &[ChatMessage],
-) -> Vec<Option<CompletionId>> {
+    tools: Option<&DeclaredTools>,
+) -> Matched {
     let mut previous: Option<CompletionId> = None;
-    messages
+    let mut last_echoes = Vec::new();
+    let completions = messages
         .iter()
         .map(|message| {
             if message.role != Role::Assistant {
@@ -56,33 +85,97 @@ pub fn match_completions(
             let candidates = state
                 .by_fingerprint
                 .get(&message_fingerprint(content, ids))?;
-            let fits = |id: &&CompletionId| calls_match(state, **id, message);
+            let echoes = |id: CompletionId| calls_match(state, id, message, tools);
             let chosen = candidates
                 .iter()
-                .filter(fits)
-                .find(|id| state.completions[**id].previous == previous)
-                .or_else(|| candidates.iter().filter(fits).max())
-                .copied();
-            if chosen.is_some() {
-                previous = chosen;
-            }
-            chosen
+                .filter_map(|&id| Some((id, echoes(id)?)))
+                .find(|(id, _)| state.completions[*id].previous == previous)
+                .or_else(|| {
+                    let latest = candidates
+                        .iter()
+                        .copied()
+                        .filter(|&id| echoes(id).is_some())
+                        .max()?;
+                    Some((latest, echoes(latest)?))
+                });
+            let (chosen, echoed) = chosen?;
+            previous = Some(chosen);
+            last_echoes = echoed;
+            Some(chosen)
         })
-        .collect()
+        .collect();
+    Matched {
+        completions,
+        echoed_calls: last_echoes,
+    }
 }
 
-/// A message with tool calls matches only if every call is one the proxy issued, unchanged.
-fn calls_match(state: &SessionState, id: CompletionId, message: &ChatMessage) -> bool {
-    if message.tool_calls.is_empty() {
-        return true;
-    }
+/// Whether `message` is completion `id`: every call one the proxy issued for it, the same call
+/// (changed at most as [`crate::tools::echo`] allows); `Some` with what changed, `None` if not.
+fn calls_match(
+    state: &SessionState,
+    id: CompletionId,
+    message: &ChatMessage,
+    tools: Option<&DeclaredTools>,
+) -> Option<Vec<EchoChange>> {
     let issued = &state.completions[id].tool_calls;
-    issued.len() == message.tool_calls.len()
-        && issued
-            .iter()
-            .zip(&message.tool_calls)
-            .all(|(issued, sent)| {
-                issued.id == sent.id
-                    && issued.call_hash == tool_call_hash(&sent.name, &sent.arguments_value())
-            })
+    if issued.len() != message.tool_calls.len() {
+        return None;
+    }
+    let mut changes = Vec::new();
+    for (issued, sent) in issued.iter().zip(&message.tool_calls) {
+        if issued.id != sent.id {
+            return None;
+        }
+        if let Some(change) = handed_back(issued, sent, tools)? {
+            changes.push(change);
+        }
+    }
+    Some(changes)
+}
+
+/// Whether `sent` is the call `issued`: `Some(None)` unchanged, `Some(Some(change))` changed
+/// only as a client may change it, `None` another call.
+fn handed_back(
+    issued: &IssuedToolCall,
+    sent: &ToolCall,
+    tools: Option<&DeclaredTools>,
+) -> Option<Option<EchoChange>> {
+    let arguments = sent.arguments_value();
+    let change = |change: &'static str, keys: Vec<String>| EchoChange {
+        id: issued.id.clone(),
+        change,
+        keys,
+    };
+    if issued.call_hash == tool_call_hash(&sent.name, &arguments) {
+        let rewritten = match (&issued.echo, &sent.arguments) {
+            (Some(echo), Value::String(text)) => {
+                xxhash_rust::xxh3::xxh3_64(text.as_bytes()) != echo.text_hash
+            }
+            _ => false,
+        };
+        return Some(rewritten.then(|| change("formatting", Vec::new())));
+    }
+    let echo = issued.echo.as_ref()?;
+    let schema = tools.and_then(|t| t.parameters(&sent.name));
+    let sent = canonical(&sent.name, &arguments, schema);
+    if sent.hash != echo.canonical_hash {
+        return None;
+    }
+    let added = sent
+        .default_keys
+        .iter()
+        .filter(|key| !echo.default_keys.contains(key))
+        .map(|key| format!("+{key}"));
+    let dropped = echo
+        .default_keys
+        .iter()
+        .filter(|key| !sent.default_keys.contains(key))
+        .map(|key| format!("-{key}"));
+    let keys: Vec<String> = added.chain(dropped).collect();
+    Some(Some(match keys.is_empty() {
+        // Only numbers spelled otherwise (`1.0` sent back as `1`).
+        true => change("formatting", keys),
+        false => change("defaults", keys),
+    }))
 }

@@ -224,7 +224,7 @@ impl Pipeline {
         };
         if recorded.is_none() {
             let mut record =
-                CommitRecord::new(&plan, &choices, &labels, session.options.track_tree);
+                CommitRecord::new(&plan, &choices, &labels, session.options.track_tree, None);
             record.key = key.cloned();
             self.write(session, &mut guard, record)?;
         }
@@ -330,14 +330,20 @@ impl Pipeline {
             api: request.api,
             tools_left_out: request.tools_left_out.clone(),
             nudge,
+            echoed_calls: plan.echoed_calls.clone(),
         };
-        let mut record = CommitRecord::new(plan, choices, &labels, session.options.track_tree);
+        let tools = request.tools.as_deref();
+        let mut record =
+            CommitRecord::new(plan, choices, &labels, session.options.track_tree, tools);
         record.key = request.key.clone();
         let nodes = self.write(session, state, record)?;
         super::tail::remember(state, plan, choices.len());
         let format = session.options.tool_parser.name();
         for choice in choices {
             self.metrics.tool_calls(format, choice.reply.tool_outcomes);
+        }
+        for echoed in &plan.echoed_calls {
+            self.metrics.echoed_call(echoed.change);
         }
         Ok(nodes)
     }

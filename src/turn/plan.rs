@@ -67,6 +67,8 @@ pub struct Plan {
     /// The conversation the prompt was rendered from (chat turns), remembered with the
     /// completions it gets so the next turn can tell it is unchanged.
     pub conversation: Option<ConversationDigest>,
+    /// Calls of the turn before that came back changed but recognised (recorded on the turn).
+    pub echoed_calls: Vec<crate::session::EchoChange>,
 }
 
 /// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in
@@ -142,7 +144,10 @@ pub fn prepare(
     metrics: &Metrics,
     tail: TailRender,
 ) -> Result<Plan, TurnError> {
-    let matched = matching::match_completions(state, &request.messages);
+    let matching::Matched {
+        completions: matched,
+        echoed_calls,
+    } = matching::match_completions(state, &request.messages, request.tools.as_deref());
     let tail_allowed =
         tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
     // The digests only serve tail renders (this one, and a later turn's): a session that
@@ -165,6 +170,7 @@ pub fn prepare(
             metrics.tail_render("used");
             return Ok(Plan {
                 conversation,
+                echoed_calls,
                 ..plan
             });
         }
@@ -182,12 +188,14 @@ pub fn prepare(
         }
         return Ok(Plan {
             conversation,
+            echoed_calls,
             ..full
         });
     }
     let plan = full_plan(ctx, state, request, &matched, mode, parser, metrics)?;
     Ok(Plan {
         conversation,
+        echoed_calls,
         ..plan
     })
 }
@@ -201,7 +209,8 @@ pub fn tail_agrees(
     parser: &dyn ToolParser,
 ) -> Result<Option<bool>, TurnError> {
     let metrics = Metrics::default();
-    let matched = matching::match_completions(state, &request.messages);
+    let matched =
+        matching::match_completions(state, &request.messages, request.tools.as_deref()).completions;
     let digests = super::tail::prefix_digests(request);
     let Some(tail) = tail_plan(ctx, state, request, &matched, &digests, parser, &metrics)? else {
         return Ok(None);
@@ -419,6 +428,7 @@ fn full_plan(
             sampled,
         }),
         conversation: None,
+        echoed_calls: Vec::new(),
     })
 }
 

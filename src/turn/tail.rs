@@ -105,6 +105,7 @@ pub fn plan(
         next_check: tail.next_check,
         rendered: Some(tail.rendered),
         conversation: None,
+        echoed_calls: Vec::new(),
     }))
 }
 

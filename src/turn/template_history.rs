@@ -95,6 +95,7 @@ pub(super) fn template_mode_plan(
                 next_check,
                 rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
                 conversation: None,
+                echoed_calls: Vec::new(),
             });
         }
         let at = node_text
@@ -120,6 +121,7 @@ pub(super) fn template_mode_plan(
         next_check,
         rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
         conversation: None,
+        echoed_calls: Vec::new(),
     })
 }
 
@@ -152,5 +154,6 @@ pub(super) fn faithful_fallback(
         next_check: generation_check("", ""),
         rendered: Some(RenderedPrompt::with_turns_as_text(text)),
         conversation: None,
+        echoed_calls: Vec::new(),
     })
 }

@@ -89,5 +89,6 @@ pub fn prepare_text(
         next_check: generation_check("", ""),
         rendered: None,
         conversation: None,
+        echoed_calls: Vec::new(),
     })
 }

@@ -256,6 +256,7 @@ mod tests {
             api: "chat.completions",
             tools_left_out: Vec::new(),
             healed_calls: Vec::new(),
+            echoed_calls: Vec::new(),
         }
     }
 }

@@ -23,7 +23,8 @@ try {
   page.on("pageerror", (error) => errors.push(String(error)));
   page.on("console", (message) => message.type() === "error" && errors.push(message.text()));
 
-  await page.goto(`${proxy}/ui`);
+  const served = await page.goto(`${proxy}/ui`);
+  report.headers = await served.allHeaders();
   const entry = page.locator(`#session-list li[data-uuid="${session}"] a`);
   await entry.waitFor({ timeout: 15000 });
   report.listed = await page.locator("#session-list li").count();
@@ -91,7 +92,16 @@ try {
     await page.waitForFunction((n) => document.querySelectorAll("#tokens .t[data-i]").length > n, before, { timeout: 15000 });
     report.live.after = (await boxes()).length;
   }
-  report.errors = errors;
+  report.errors = [...errors];
+
+  // The page's content policy holds: a script written into the page does not run (the
+  // refusal Chromium logs comes after the errors above were taken).
+  report.inline_script_ran = await page.evaluate(() => {
+    const script = document.createElement("script");
+    script.textContent = "window.inlineScriptRan = true";
+    document.head.appendChild(script);
+    return window.inlineScriptRan === true;
+  });
 } finally {
   await browser.close();
 }

@@ -121,6 +121,7 @@ impl MessagesBody {
                 .template_kwargs
                 .insert("enable_thinking".into(), enabled.into());
         }
+        request.check().map_err(|e| invalid(e.to_string()))?;
         Ok(request)
     }
 }
@@ -357,6 +358,8 @@ mod tests {
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "toolu_0", "content": [{"type": "text", "text": "hello"}]},
                     {"type": "text", "text": "thanks"}]}],
+            "tools": [{"name": "Read", "input_schema": {"type": "object",
+                "properties": {"path": {"type": "string"}}}}],
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
             "thinking": {"type": "adaptive", "display": "omitted"},
             "context_management": {"edits": []}, "metadata": {"user_id": "u"}

@@ -109,7 +109,6 @@ pub async fn completions(
             "'n' must be between 1 and {MAX_N}"
         )));
     }
-    crate::chat::request::check_sampling(body.temperature, body.top_p)?;
     if body.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
         return Err(ApiError::bad_request(format!(
             "'logprobs' must be at most {MAX_TOP_LOGPROBS}"
@@ -127,8 +126,10 @@ pub async fn completions(
         constraint: crate::grammar::for_response_format(
             &ResponseFormat::parse(body.response_format.as_ref())
                 .map_err(|e| ApiError::bad_request(e.to_string()))?,
-        ),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?,
     };
+    params.check().map_err(ApiError::bad_request)?;
     let output = state
         .pipeline
         .complete_text(&session, &body.prompt, params, n, key.as_deref())

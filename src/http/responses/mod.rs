@@ -27,11 +27,33 @@ pub struct Finished {
     /// Where the stored response is kept beyond the process too (`--data-dir`).
     journal: Option<Arc<dyn crate::session::SessionLog>>,
     store: bool,
-    /// The conversation's input items, earlier responses' included.
-    items: Vec<Value>,
+    /// What the request continued.
+    conversation: Conversation,
 }
 
-/// Keeps a finished response on its session: its input and output items, and the object.
+/// A request's conversation: the stored response it continues, and what it adds.
+struct Conversation {
+    /// The response named by `previous_response_id`.
+    previous: Option<Arc<StoredResponse>>,
+    /// The request's own input items.
+    input: Vec<Value>,
+}
+
+impl Conversation {
+    /// Every item, the previous responses' first.
+    fn items(&self) -> Vec<Value> {
+        let mut items = self
+            .previous
+            .as_ref()
+            .map(|previous| previous.conversation())
+            .unwrap_or_default();
+        items.extend(self.input.iter().cloned());
+        items
+    }
+}
+
+/// Keeps a finished response on its session: the items it added (its input, then its output),
+/// linked to the response it continued, and the object.
 fn keep(finished: Finished, output: &[Value], response: &Value) {
     if !finished.store {
         return;
@@ -39,9 +61,13 @@ fn keep(finished: Finished, output: &[Value], response: &Value) {
     let Some(id) = response["id"].as_str() else {
         return;
     };
-    let mut items = finished.items;
+    let Conversation {
+        previous,
+        input: mut items,
+    } = finished.conversation;
     items.extend(output.iter().cloned());
     let stored = StoredResponse {
+        previous,
         items,
         body: response.clone(),
     };
@@ -54,30 +80,27 @@ fn keep(finished: Finished, output: &[Value], response: &Value) {
     finished.session.responses.insert(id.to_string(), stored);
 }
 
-/// The session, the body, and the conversation's items (the stored ones of
-/// `previous_response_id` first); unknown fields are logged at debug.
+/// The session, the body, and the conversation (the stored response of
+/// `previous_response_id`, and the new input items); unknown fields are logged at debug.
 async fn parse(
     state: &AppState,
     path: web::Path<String>,
     payload: web::Payload,
-) -> Result<(Arc<Session>, ResponsesBody, Vec<Value>), ApiError> {
+) -> Result<(Arc<Session>, ResponsesBody, Conversation), ApiError> {
     let session = state.session(&path.into_inner())?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let mut body: ResponsesBody =
         read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
-    let mut items = match &body.previous_response_id {
-        Some(id) => match session.responses.get(id) {
-            Some(previous) => previous.items.clone(),
-            None => {
-                return Err(ApiError::bad_request(format!(
-                    "previous_response_id: no stored response '{id}' on this session"
-                )));
-            }
-        },
-        None => Vec::new(),
+    let previous = match &body.previous_response_id {
+        Some(id) => Some(session.responses.get(id).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "previous_response_id: no stored response '{id}' on this session"
+            ))
+        })?),
+        None => None,
     };
-    items.extend(input_items(std::mem::take(&mut body.input))?);
-    Ok((session, body, items))
+    let input = input_items(std::mem::take(&mut body.input))?;
+    Ok((session, body, Conversation { previous, input }))
 }
 
 /// The request settings a `response` object repeats.
@@ -111,8 +134,8 @@ pub async fn create(
     payload: web::Payload,
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, body, items) = parse(&state, path, payload).await?;
-    let mut request = body.to_request(&items, state.default_max_tokens)?;
+    let (session, body, conversation) = parse(&state, path, payload).await?;
+    let mut request = body.to_request(&conversation.items(), state.default_max_tokens)?;
     request.key = key.map(web::ReqData::into_inner);
     let shell = reply::Shell {
         id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
@@ -132,7 +155,7 @@ pub async fn create(
         session: session.clone(),
         journal: state.journal.clone(),
         store: body.store != Some(false),
-        items,
+        conversation,
     };
     if request.stream {
         let turn = state.pipeline.stream(session, request).await?;
@@ -172,8 +195,8 @@ pub async fn render(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, body, items) = parse(&state, path, payload).await?;
-    let request = body.to_request(&items, state.default_max_tokens)?;
+    let (session, body, conversation) = parse(&state, path, payload).await?;
+    let request = body.to_request(&conversation.items(), state.default_max_tokens)?;
     let rendered = state.pipeline.render(&session, &request).await?;
     Ok(super::render_reply(rendered))
 }

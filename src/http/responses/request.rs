@@ -170,6 +170,7 @@ impl ResponsesBody {
                 .template_kwargs
                 .insert("enable_thinking".into(), thinking.into());
         }
+        request.check().map_err(|e| invalid(e.to_string()))?;
         Ok(request)
     }
 }
