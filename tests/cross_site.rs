@@ -255,3 +255,63 @@ async fn every_reply_carries_the_security_headers() {
         }
     }
 }
+
+/// Runs `tests/ui/cross_site.mjs` against `proxy` in Chromium: the requests the page made.
+async fn attack_from_a_page(proxy: &Proxy) -> Value {
+    let mut tools =
+        common::installed("install-browser.sh", &["CHROMIUM_BIN", "PLAYWRIGHT_CORE"]).into_iter();
+    let (chromium, playwright) = (tools.next().unwrap(), tools.next().unwrap());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/cross_site.mjs");
+    let output = tokio::process::Command::new("node")
+        .arg(script)
+        .env("PROXY_URL", &proxy.url)
+        .env("CHROMIUM_BIN", chromium)
+        .env("PLAYWRIGHT_CORE", playwright)
+        .output()
+        .await
+        .expect("run node");
+    assert!(
+        output.status.success(),
+        "the browser driver failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the driver's JSON")
+}
+
+/// A page of another site in a real Chromium (a no-cors POST, a text/plain form, an image
+/// pointed at an export that deletes) changes nothing; the same page let in with
+/// `--allow-origin '*'` does reach the proxy, so the refusals are the proxy's, not the
+/// browser's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_in_a_real_browser_changes_nothing() {
+    let proxy = Proxy::atropos();
+    proxy.session(json!({})).await;
+    let before = state(&proxy).await;
+    let report = attack_from_a_page(&proxy).await;
+    let requests = report["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 4, "{report}");
+    assert_eq!(state(&proxy).await, before, "nothing changed: {report}");
+
+    let open = Proxy::start_with(
+        common::char_model_dir(),
+        None,
+        MockWorker::start(Wire::Sglang),
+        |settings| settings.allow_origins = vec!["*".into()],
+    );
+    open.session(json!({})).await;
+    let before = state(&open).await;
+    let report = attack_from_a_page(&open).await;
+    let after = state(&open).await;
+    assert_ne!(
+        after["paused"],
+        Value::Null,
+        "the no-cors POST paused it: {report}"
+    );
+    assert_eq!(
+        after["sessions"]["sessions"],
+        json!([]),
+        "the image exported and deleted"
+    );
+    // The body types still hold.
+    assert_eq!(after["servers"], before["servers"]);
+}

@@ -93,6 +93,8 @@ fn gate_malformed_tool_entries_are_refused() {
     assert!(request(Some(json!(["nonsense", {"function": "x"}, {}])), json!({})).is_err());
 }
 
+/// Difference: a forced call to a function `tools` does not declare is refused (a 400, as
+/// OpenAI refuses it) rather than accepted with healing off: no backend could make the call.
 #[test]
 fn gate_tool_choice_none_forced_auto_required() {
     assert_eq!(gate(Some(tools()), json!({"tool_choice": "none"})), None);
@@ -102,7 +104,8 @@ fn gate_tool_choice_none_forced_auto_required() {
         gate(Some(tools()), forced("Bash")),
         Some(vec!["Bash".to_string()])
     );
-    assert_eq!(gate(Some(tools()), forced("Nuke")), None);
+    let error = request(Some(tools()), forced("Nuke")).unwrap_err();
+    assert!(error.contains("'Nuke'"), "{error}");
     for choice in ["auto", "required"] {
         assert_eq!(
             gate(Some(tools()), json!({ "tool_choice": choice })).map(|n| n.len()),

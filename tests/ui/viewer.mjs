@@ -6,15 +6,11 @@
 // to the open session, after which the new turn must appear without a reload.
 // Prints one JSON object on stdout.
 
-const { chromium } = await import(`${process.env.PLAYWRIGHT_CORE}/index.mjs`);
-const { PROXY_URL: proxy, SESSION: session, OUT_DIR: out, CHROMIUM_BIN, LIVE_TURN } = process.env;
+import { launch } from "./browser.mjs";
 
-const browser = await chromium.launch({
-  executablePath: CHROMIUM_BIN,
-  // The machine's network is closed: without these Chromium keeps trying Google's hosts.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const { PROXY_URL: proxy, SESSION: session, OUT_DIR: out, LIVE_TURN } = process.env;
+
+const browser = await launch();
 const report = { requests: [] };
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
