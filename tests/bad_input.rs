@@ -176,7 +176,7 @@ async fn a_forced_call_needing_a_huge_grammar_is_refused() {
     let uuid = proxy.session(json!({})).await;
     // Non-ASCII names all sanitise to one rule name: naming them once took quadratic time.
     let properties: serde_json::Map<String, serde_json::Value> = (0..20_000)
-        .map(|i| (format!("ñ{i}"), json!({"type": "string"})))
+        .map(|i| (cjk_name(i), json!({"type": "string"})))
         .collect();
     let body = json!({"messages": [{"role": "user", "content": "hi"}],
         "tools": [{"type": "function", "function": {"name": "f",
@@ -196,4 +196,10 @@ async fn a_forced_call_needing_a_huge_grammar_is_refused() {
     );
     assert!(proxy.worker.requests().is_empty());
     assert!(proxy.nodes(&uuid).await.is_empty());
+}
+
+/// A property name of CJK characters only: every one sanitises to the same rule name.
+fn cjk_name(i: u32) -> String {
+    let char = |n: u32| char::from_u32(0x4E00 + n).expect("a CJK ideograph");
+    format!("{}{}", char(i % 20_000), char(i / 20_000))
 }

@@ -617,3 +617,45 @@ async fn damage_mid_journal_keeps_every_later_record_and_a_copy() {
     );
     assert_ne!(bytes, original);
 }
+
+#[tokio::test]
+async fn a_frames_length_field_sizes_no_allocation() {
+    let (dir, worker, port, client) = setup("durability-lengths");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The magic, then a header claiming a 4 GiB frame, and nothing of it.
+    let mut bytes = b"RPJRNL01".to_vec();
+    bytes.extend_from_slice(&[0xFF; 16]);
+    std::fs::write(dir.join("journal"), &bytes).unwrap();
+    let mut command = command(&dir, port, &worker.url);
+    // 1 GiB of address space, several times what the proxy uses: a 4 GiB buffer cannot be had.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let limit = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &limit);
+            Ok(())
+        });
+    }
+    let mut server = KillOnDrop(command.spawn().unwrap());
+    loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            panic!("the proxy died reading the journal: {status}");
+        }
+        if client
+            .http
+            .get(format!("{}/health", client.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let uuid = client.session().await;
+    client.turn(&uuid, &mut Vec::new(), "after").await;
+    assert_eq!(client.nodes_text(&uuid).await.0, 200);
+}

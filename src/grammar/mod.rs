@@ -221,11 +221,17 @@ mod tests {
         );
     }
 
+    /// A property name of CJK characters only: every one sanitises to the same rule name.
+    fn cjk_name(i: u32) -> String {
+        let char = |n: u32| char::from_u32(0x4E00 + n).expect("a CJK ideograph");
+        format!("{}{}", char(i % 20_000), char(i / 20_000))
+    }
+
     #[test]
     fn a_grammar_past_its_limit_is_refused_naming_the_option() {
         // Non-ASCII names all sanitise to one base; each still gets its own rule.
         let properties: serde_json::Map<String, Value> = (0..24_000)
-            .map(|i| (format!("ñ{i}"), json!({"type": "string"})))
+            .map(|i| (cjk_name(i), json!({"type": "string"})))
             .collect();
         let schema = json!({"type": "object", "properties": properties});
         let mut body = json!({"messages": [{"role": "user", "content": "hi"}],
