@@ -1,8 +1,11 @@
 //! The HTTP edge: routes, the shared application state, and one adapter per API.
 //!
-//! An adapter parses its wire request into a [`crate::chat::ChatRequest`], runs the turn on
-//! [`crate::turn::Pipeline`], and writes the turn's output in its wire format ([`openai`]:
-//! chat and text completions; [`anthropic`]: Messages; [`responses`]: Responses). Errors of every module are mapped to HTTP once, in [`error`].
+//! Every route is in one table with its class ([`routes`]); each is wrapped in the guard that
+//! checks what its class needs before any handler runs ([`guard`]). An adapter parses its wire
+//! request into a [`crate::chat::ChatRequest`], runs the turn on [`crate::turn::Pipeline`], and
+//! writes the turn's output in its wire format ([`openai`]: chat and text completions;
+//! [`anthropic`]: Messages; [`responses`]: Responses). Errors of every module are mapped to
+//! HTTP once, in [`error`].
 
 mod admin;
 mod anthropic;

@@ -126,8 +126,8 @@ struct Space {
     live: HashMap<Uuid, u64>,
     live_bytes: u64,
     garbage_bytes: u64,
-    /// Sessions deleted since the last compaction.
-    dead: HashSet<Uuid>,
+    /// Sessions deleted since the last compaction, with the bytes their frames took.
+    dead: HashMap<Uuid, u64>,
 }
 
 impl Journal {
@@ -282,7 +282,7 @@ impl Journal {
         // 1. What is garbage, and where the file ends now.
         let dead: HashSet<Uuid> = {
             let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
-            space.dead.clone()
+            space.dead.keys().copied().collect()
         };
         let end = self.file.lock().unwrap_or_else(PoisonError::into_inner).end;
         // 2. The live frames up to there, copied aside while appends go on.
@@ -320,7 +320,7 @@ impl Journal {
         space.garbage_bytes = space
             .garbage_bytes
             .saturating_sub(end - MAGIC.len() as u64 - kept);
-        space.dead.retain(|id| !dead.contains(id));
+        space.dead.retain(|id, _| !dead.contains(id));
         tracing::info!(
             before = end,
             after = kept + MAGIC.len() as u64,
@@ -461,6 +461,14 @@ fn log_error(error: JournalError) -> LogError {
 
 impl Space {
     fn add(&mut self, session: Uuid, bytes: u64, deleted: bool) {
+        // A session deleted and then written again (only a damaged or doctored journal does
+        // that: ids are random) lives again, its earlier frames with it: compaction keeps what
+        // replay applies.
+        if let Some(revived) = self.dead.remove(&session) {
+            self.garbage_bytes = self.garbage_bytes.saturating_sub(revived);
+            self.live.insert(session, revived);
+            self.live_bytes += revived;
+        }
         let held = self.live.entry(session).or_default();
         *held += bytes;
         self.live_bytes += bytes;
@@ -468,7 +476,7 @@ impl Space {
             let freed = self.live.remove(&session).unwrap_or(0);
             self.live_bytes -= freed;
             self.garbage_bytes += freed;
-            self.dead.insert(session);
+            self.dead.insert(session, freed);
         }
     }
 }
@@ -859,6 +867,42 @@ mod tests {
             "a torn tail: nothing follows it"
         );
         assert_eq!(store.len(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Found by fuzzing: a session deleted and then created again (a damaged journal can say
+    /// so) must come back from the compacted journal as replay restored it.
+    #[test]
+    fn a_session_written_again_after_its_deletion_survives_compaction() {
+        let dir = scratch("journal-revived");
+        let store = SessionStore::default();
+        let (journal, _) = Journal::open(&dir, &store).unwrap();
+        let id = Uuid::new_v4();
+        let created = Entry::Created {
+            id,
+            options: SessionOptions::default(),
+            created_at: 1.0,
+        };
+        for entry in [
+            created.clone(),
+            Entry::Deleted { id },
+            created,
+            Entry::Committed {
+                id,
+                record: turn(None, 3),
+            },
+        ] {
+            journal.append(&entry).unwrap();
+        }
+        drop(journal);
+        let restored = SessionStore::default();
+        let (journal, _) = Journal::open(&dir, &restored).unwrap();
+        journal.compact().unwrap();
+        drop(journal);
+        let again = SessionStore::default();
+        Journal::open(&dir, &again).unwrap();
+        assert_eq!(restored.len(), 1);
+        assert_eq!(snapshot(&again), snapshot(&restored));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
