@@ -116,6 +116,40 @@ fn run(mut command: Command, dir: &Path, env: &[(&str, String)]) -> String {
     stdout
 }
 
+/// Runs `claude -p task` in `dir`'s workspace against `base_url` (a session's), with at most
+/// `max_turns` turns and the tools `allowed`; its stdout.
+fn run_claude(
+    clients: &Clients,
+    dir: &Path,
+    base_url: &str,
+    task: &str,
+    max_turns: &str,
+    allowed: &str,
+) -> String {
+    let mut claude = Command::new(&clients.claude);
+    claude.args([
+        "-p",
+        task,
+        "--max-turns",
+        max_turns,
+        "--allowedTools",
+        allowed,
+    ]);
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    run(
+        claude,
+        &dir.join("work"),
+        &[
+            ("HOME", home.display().to_string()),
+            ("ANTHROPIC_BASE_URL", base_url.to_string()),
+            ("ANTHROPIC_API_KEY", "test".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ],
+    )
+}
+
 /// A scratch folder holding `notes.txt` with the secret.
 fn workspace(name: &str) -> PathBuf {
     let dir = scratch_dir(name);
@@ -133,27 +167,14 @@ async fn claude_code_completes_a_tool_task_in_one_node() {
         json!({"name": "Read", "arguments": {"file_path": notes}}).to_string()
     });
     let uuid = proxy.session(json!({})).await;
-    let mut claude = Command::new(&clients.claude);
-    claude.args([
-        "-p",
-        "What is the secret word in notes.txt? Use the Read tool.",
-        "--max-turns",
+    let task = "What is the secret word in notes.txt? Use the Read tool.";
+    let stdout = run_claude(
+        &clients,
+        &dir,
+        &format!("{}/{uuid}", proxy.url),
+        task,
         "4",
-        "--allowedTools",
         "Read",
-    ]);
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let stdout = run(
-        claude,
-        &dir.join("work"),
-        &[
-            ("HOME", home.display().to_string()),
-            ("ANTHROPIC_BASE_URL", format!("{}/{uuid}", proxy.url)),
-            ("ANTHROPIC_API_KEY", "test".into()),
-            ("DISABLE_TELEMETRY", "1".into()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-        ],
     );
     assert!(stdout.contains("PAPAYA"), "{stdout}");
     let nodes = proxy.nodes(&uuid).await;
@@ -187,28 +208,9 @@ async fn claude_codes_edit_comes_back_with_its_default_and_stays_one_node() {
         }
     });
     let uuid = proxy.session(json!({})).await;
-    let mut claude = Command::new(&clients.claude);
-    claude.args([
-        "-p",
-        "Replace the secret word in notes.txt with MANGO. Read it, then Edit it.",
-        "--max-turns",
-        "6",
-        "--allowedTools",
-        "Read,Edit",
-    ]);
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let stdout = run(
-        claude,
-        &dir.join("work"),
-        &[
-            ("HOME", home.display().to_string()),
-            ("ANTHROPIC_BASE_URL", format!("{}/{uuid}", proxy.url)),
-            ("ANTHROPIC_API_KEY", "test".into()),
-            ("DISABLE_TELEMETRY", "1".into()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-        ],
-    );
+    let task = "Replace the secret word in notes.txt with MANGO. Read it, then Edit it.";
+    let base_url = format!("{}/{uuid}", proxy.url);
+    let stdout = run_claude(&clients, &dir, &base_url, task, "6", "Read,Edit");
     assert!(stdout.contains("MANGO"), "{stdout}");
     assert_eq!(
         std::fs::read_to_string(&notes).unwrap(),

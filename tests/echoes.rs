@@ -146,39 +146,40 @@ async fn the_openai_sdks_stream_helper_adds_index_and_parsed_fields() {
     assert_one_node(&nodes, Value::Null);
 }
 
-#[tokio::test]
-async fn a_real_change_to_a_call_forks_with_its_reason() {
+/// The nodes after the first turn's call is handed back with `arguments`.
+async fn handed_back_with(arguments: &str) -> Vec<Value> {
     let (tok, proxy, uuid, user, message) = chat_call().await;
     let mut echoed = message.clone();
-    echoed["tool_calls"][0]["function"]["arguments"] = json!(r#"{"city": "Bern"}"#);
-    let nodes = hand_back(&tok, &proxy, &uuid, user, echoed).await;
+    echoed["tool_calls"][0]["function"]["arguments"] = json!(arguments);
+    hand_back(&tok, &proxy, &uuid, user, echoed).await
+}
+
+#[tokio::test]
+async fn a_real_change_to_a_call_forks_with_its_reason() {
+    let nodes = handed_back_with(r#"{"city": "Bern"}"#).await;
     assert_eq!(nodes.len(), 2);
     assert_eq!(
         nodes[1]["metadata"]["divergence"]["reason"],
         "unmatched_assistant_message"
     );
     // A default set to another value is a real change too.
-    let (tok, proxy, uuid, user, message) = chat_call().await;
-    let mut echoed = message.clone();
-    echoed["tool_calls"][0]["function"]["arguments"] = json!(
-        r#"{"city":"Zürich ✓","days":2,"scale":1.0,"price":2.50,"note":"café/x","include_hourly":true}"#
-    );
-    let nodes = hand_back(&tok, &proxy, &uuid, user, echoed).await;
+    let nodes = handed_back_with(
+        r#"{"city":"Zürich ✓","days":2,"scale":1.0,"price":2.50,"note":"café/x","include_hourly":true}"#,
+    )
+    .await;
     assert_eq!(nodes.len(), 2, "a default's key set to another value forks");
 }
 
 #[tokio::test]
 async fn a_default_filled_in_on_the_chat_api_is_recorded() {
-    let (tok, proxy, uuid, user, message) = chat_call().await;
-    let mut echoed = message.clone();
-    echoed["tool_calls"][0]["function"]["arguments"] = json!(
-        r#"{"include_hourly":false,"city":"Zürich ✓","days":2,"scale":1,"price":2.5,"note":"café/x"}"#
-    );
-    let id = message["tool_calls"][0]["id"].clone();
-    let nodes = hand_back(&tok, &proxy, &uuid, user, echoed).await;
+    let nodes = handed_back_with(
+        r#"{"include_hourly":false,"city":"Zürich ✓","days":2,"scale":1,"price":2.5,"note":"café/x"}"#,
+    )
+    .await;
+    // The session's first call.
     assert_one_node(
         &nodes,
-        json!([{"id": id, "change": "defaults", "keys": ["+include_hourly"]}]),
+        json!([{"id": "call_0", "change": "defaults", "keys": ["+include_hourly"]}]),
     );
 }
 

@@ -144,13 +144,7 @@ impl Journal {
             path: path.clone(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        let mut file = open_or_create(&path)?;
         let mut space = Space::default();
         let mut replayed = Replayed::default();
         let length = file.metadata().map_err(io)?.len();
@@ -420,6 +414,20 @@ impl SessionLog for Journal {
             .as_ref()
             .and_then(|d| serde_json::to_value(d).ok())
     }
+}
+
+/// The file at `path`, for reading and writing, created when missing.
+fn open_or_create(path: &Path) -> Result<File, JournalError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Keeps the damaged file aside and rewrites the journal from the frames applied only.
