@@ -314,82 +314,76 @@ fn responses_turn(after: Vec<Value>) -> Value {
     json!({"model": "m", "input": input, "tools": tools, "store": false})
 }
 
-/// The second Responses turn with the first's items handed back as `echoed`, then the output.
-async fn hand_back_items(tok: &Tokenizer, proxy: &Proxy, uuid: &str, echoed: Vec<Value>) {
+/// The second Responses turn: the first's items handed back as `echoed`, then the call's output
+/// (given an `id`, as Codex gives it, when `output_id` names one); the session's nodes.
+async fn hand_back_items(
+    tok: &Tokenizer,
+    proxy: &Proxy,
+    uuid: &str,
+    echoed: Vec<Value>,
+    output_id: Option<&str>,
+) -> Vec<Value> {
     let call = echoed
         .iter()
         .find(|item| item["type"] == "function_call")
         .unwrap();
-    let output =
+    let mut output =
         json!({"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"});
+    if let Some(id) = output_id {
+        output["id"] = json!(id);
+    }
     let items = echoed.iter().cloned().chain([output]).collect();
     proxy.worker.push_sample(answer(tok));
     let (status, reply) = proxy
         .post(&format!("/{uuid}/v1/responses"), responses_turn(items))
         .await;
     assert_eq!(status, 200, "{reply}");
+    proxy.nodes(uuid).await
+}
+
+/// `output`'s items, each as `change` leaves it.
+fn each_item(output: &Value, change: impl Fn(&mut Value)) -> Vec<Value> {
+    let mut items = output.as_array().unwrap().clone();
+    items.iter_mut().for_each(change);
+    items
 }
 
 #[tokio::test]
 async fn langchain_on_responses_drops_item_status() {
     let (tok, proxy, uuid, output) = responses_call().await;
-    let echoed: Vec<Value> = output
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| {
-            let mut item = item.clone();
-            item.as_object_mut().unwrap().remove("status");
-            item
-        })
-        .collect();
-    hand_back_items(&tok, &proxy, &uuid, echoed).await;
-    assert_one_node(&proxy.nodes(&uuid).await, Value::Null);
+    let echoed = each_item(&output, |item| {
+        item.as_object_mut().unwrap().remove("status");
+    });
+    let nodes = hand_back_items(&tok, &proxy, &uuid, echoed, None).await;
+    assert_one_node(&nodes, Value::Null);
 }
 
 #[tokio::test]
 async fn codex_adds_ids_and_null_content_to_items() {
     let (tok, proxy, uuid, output) = responses_call().await;
-    let mut echoed: Vec<Value> = output.as_array().unwrap().clone();
-    for item in &mut echoed {
+    let echoed = each_item(&output, |item| {
         if item["type"] == "reasoning" {
             item["content"] = Value::Null;
         }
-    }
-    let call = echoed
-        .iter()
-        .find(|item| item["type"] == "function_call")
-        .unwrap()
-        .clone();
-    let result = json!({"type": "function_call_output", "id": "fco_01a24d84", "call_id": call["call_id"],
-        "output": "sunny"});
-    proxy.worker.push_sample(answer(&tok));
-    let items = echoed.into_iter().chain([result]).collect();
-    let (status, reply) = proxy
-        .post(&format!("/{uuid}/v1/responses"), responses_turn(items))
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    assert_one_node(&proxy.nodes(&uuid).await, Value::Null);
+    });
+    let nodes = hand_back_items(&tok, &proxy, &uuid, echoed, Some("fco_01a24d84")).await;
+    assert_one_node(&nodes, Value::Null);
 }
 
 #[tokio::test]
 async fn the_agents_sdk_reorders_item_keys() {
     let (tok, proxy, uuid, output) = responses_call().await;
     // Keys in alphabetical order, as `to_input_list()` writes them.
-    let echoed: Vec<Value> = output
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| {
-            let mut keys: Vec<(&String, &Value)> = item.as_object().unwrap().iter().collect();
-            keys.sort_by(|a, b| a.0.cmp(b.0));
-            Value::Object(
-                keys.into_iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            )
-        })
-        .collect();
-    hand_back_items(&tok, &proxy, &uuid, echoed).await;
-    assert_one_node(&proxy.nodes(&uuid).await, Value::Null);
+    let echoed = each_item(&output, |item| {
+        let mut keys: Vec<(String, Value)> = item
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        *item = Value::Object(keys.into_iter().collect());
+    });
+    let nodes = hand_back_items(&tok, &proxy, &uuid, echoed, None).await;
+    assert_one_node(&nodes, Value::Null);
 }
