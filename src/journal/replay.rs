@@ -23,9 +23,10 @@ use crate::session::{Reward, SessionStore};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufReader, Read as _, Seek, SeekFrom};
+use std::io::{BufReader, BufWriter, Read as _, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use uuid::Uuid;
 
 /// What a start found in the journal.
 #[derive(Debug, Clone, Default)]
@@ -58,10 +59,10 @@ pub struct Damage {
     pub copy: PathBuf,
 }
 
-/// The whole frames of a journal file: their byte ranges, in order.
+/// What replay found in a journal file: where the frames it applied lie, in order.
 #[derive(Debug, Default)]
 pub(super) struct Frames {
-    /// Runs of consecutive whole frames, each as (start, end).
+    /// Runs of consecutive frames applied, each as (start, end).
     pub runs: Vec<(u64, u64)>,
     /// Bad stretches followed by whole frames, each as (offset, bytes).
     pub damaged: Vec<(u64, u64)>,
@@ -74,9 +75,7 @@ impl Frames {
     pub fn needs_repair(&self) -> bool {
         !self.damaged.is_empty() || self.not_applied > 0
     }
-}
 
-impl Frames {
     fn keep(&mut self, start: u64, end: u64) {
         match self.runs.last_mut() {
             Some(run) if run.1 == start => run.1 = end,
@@ -84,7 +83,7 @@ impl Frames {
         }
     }
 
-    /// Where the last whole frame ends.
+    /// Where the last frame applied ends.
     pub fn end(&self) -> u64 {
         self.runs.last().map_or(MAGIC.len() as u64, |run| run.1)
     }
@@ -365,4 +364,37 @@ pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) -> b
         }
     }
     true
+}
+
+/// Keeps the damaged file aside and rewrites the journal from the frames applied only.
+pub(super) fn repair(
+    path: &Path,
+    frames: &Frames,
+    sessions_cut: Vec<Uuid>,
+) -> Result<Damage, JournalError> {
+    let io = |source| JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let copy = path.with_file_name(format!("journal.damaged-{stamp}"));
+    std::fs::copy(path, &copy).map_err(io)?;
+    let aside = path.with_extension("repairing");
+    let mut out = BufWriter::new(File::create(&aside).map_err(io)?);
+    out.write_all(MAGIC).map_err(io)?;
+    let mut source = BufReader::new(File::open(path).map_err(io)?);
+    for &(start, end) in &frames.runs {
+        source.seek(SeekFrom::Start(start)).map_err(io)?;
+        std::io::copy(&mut (&mut source).take(end - start), &mut out).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    out.get_ref().sync_all().map_err(io)?;
+    std::fs::rename(&aside, path).map_err(io)?;
+    Ok(Damage {
+        bytes: frames.damaged.iter().map(|(_, bytes)| bytes).sum(),
+        regions: frames.damaged.clone(),
+        frames_not_applied: frames.not_applied,
+        sessions_cut,
+        copy,
+    })
 }
