@@ -68,8 +68,6 @@ impl Origins {
         let loopback = name == "localhost"
             || name.ends_with(".localhost")
             || name
-                .trim_start_matches('[')
-                .trim_end_matches(']')
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
         match loopback || self.hosts.contains(&name) {

@@ -338,7 +338,7 @@ fn replay_keeps_every_whole_frame_and_invents_none() {
 }
 
 #[test]
-fn a_length_beyond_the_file_allocates_nothing() {
+fn a_length_beyond_the_file_is_a_torn_tail() {
     let dir = scratch("journal-lengths");
     std::fs::create_dir_all(&dir).unwrap();
     let mut bytes = MAGIC.to_vec();
