@@ -1,8 +1,8 @@
 //! Start-up configuration: the Atropos-style config file merged with command-line flags.
 
 use crate::backend::{
-    Backend, BackendConfig, BackendKind, ClientFactory, LlamaCppBackend, OpenAiTextBackend, Pool,
-    PoolSettings, SglangBackend, VllmBackend,
+    Backend, BackendConfig, BackendKind, ClientFactory, LlamaCppBackend, OpenAiTextBackend,
+    PROBE_TEXT, Pool, PoolSettings, Probe, SglangBackend, VllmBackend,
 };
 use crate::engine::{self, Engine, EngineBackend, EngineSettings};
 use crate::http::AppState;
@@ -131,6 +131,9 @@ impl ConfigFile {
     }
 }
 
+/// How long start-up waits for the backends to say which model they serve and their context.
+const DESCRIBE_AT_START: Duration = Duration::from_secs(3);
+
 /// `max_tokens` sent when a request sets none (vLLM's completions endpoint would stop at 16).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
@@ -164,18 +167,15 @@ impl Settings {
             (None, None) => return Err(ConfigError::NoTokenizer),
         });
         let model_dir = tokenizer_dir.as_deref().filter(|d| d.is_dir());
-        let model_name = self
-            .model_name
-            .clone()
-            .or(self.config.model_name.clone())
-            .unwrap_or_else(|| {
-                let named = embedded.as_ref().map(|e| e.path.as_path());
-                named
-                    .or(tokenizer_dir.as_deref())
-                    .and_then(|p| p.file_stem())
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "model".into())
-            });
+        let given_model = self.model_name.clone().or(self.config.model_name.clone());
+        let local_name = {
+            let named = embedded.as_ref().map(|e| e.path.as_path());
+            named
+                .or(tokenizer_dir.as_deref())
+                .and_then(|p| p.file_stem())
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into())
+        };
         let spec = self
             .chat_template
             .clone()
@@ -193,12 +193,6 @@ impl Settings {
                 other => other?,
             },
         };
-        tracing::info!(
-            model = %model_name,
-            template = template.name(),
-            servers = servers.len(),
-            "configuration loaded"
-        );
         let engine_context = embedded.is_some().then_some(self.engine.context);
         let sessions = SessionStore::new(self.session_limits);
         let journal = match &self.data_dir {
@@ -216,8 +210,32 @@ impl Settings {
             None => None,
         };
         let engine = embedded.map(|e| e.engine);
-        let factory = default_factory(&model_name, tokenizer.clone(), engine);
+        let probe = Probe {
+            expected: tokenizer.encode(PROBE_TEXT)?,
+            tokenizer: tokenizer_dir
+                .as_deref()
+                .map_or_else(|| local_name.clone(), |d| d.display().to_string()),
+        };
+        let factory = default_factory(given_model.clone(), &local_name, tokenizer.clone(), engine);
         let metrics = Arc::new(crate::metrics::Metrics::default());
+        let server_count = servers.len();
+        let backends = Arc::new(
+            Pool::new(self.config.pool.clone(), factory, servers)
+                .with_metrics(metrics.clone())
+                .with_probe(probe),
+        );
+        // Servers that answer now say which model they serve and their context; the others
+        // are asked once their health probe passes.
+        backends.describe_all(DESCRIBE_AT_START).await;
+        let model_name = given_model
+            .or_else(|| backends.reported_model())
+            .unwrap_or(local_name);
+        tracing::info!(
+            model = %model_name,
+            template = template.name(),
+            servers = server_count,
+            "configuration loaded"
+        );
         Ok(AppState {
             model_name: model_name.clone(),
             pipeline: Pipeline {
@@ -228,10 +246,7 @@ impl Settings {
                     }
                     context
                 },
-                backends: Arc::new(
-                    Pool::new(self.config.pool.clone(), factory, servers)
-                        .with_metrics(metrics.clone()),
-                ),
+                backends,
                 context_length: self
                     .context_length
                     .or(self.config.context_length)
@@ -336,20 +351,24 @@ async fn llama_server_template(
     Ok(None)
 }
 
-/// The standard clients: one per [`BackendKind`].
+/// The standard clients: one per [`BackendKind`]. Requests name the server's `model_name`,
+/// else `given_model` (`--model-name`); a vLLM server is asked which model it serves before
+/// `fallback` is used.
 fn default_factory(
-    model_name: &str,
+    given_model: Option<String>,
+    fallback: &str,
     tokenizer: Arc<Tokenizer>,
     engine: Option<Arc<crate::engine::Engine>>,
 ) -> ClientFactory {
-    let model_name = model_name.to_string();
+    let fallback = fallback.to_string();
     Box::new(move |config: &BackendConfig| -> Box<dyn Backend> {
         let timeout = Duration::from_secs_f64(config.timeout.max(0.001));
-        let model = config.model_name.as_deref().unwrap_or(&model_name);
+        let given = config.model_name.as_deref().or(given_model.as_deref());
+        let model = given.unwrap_or(&fallback);
         let key = config.api_key.clone();
         let url = config.base_url.as_str();
         match config.server_type {
-            BackendKind::Vllm => Box::new(VllmBackend::new(url, model, key, timeout)),
+            BackendKind::Vllm => Box::new(VllmBackend::new(url, given, &fallback, key, timeout)),
             BackendKind::Sglang => Box::new(SglangBackend::new(url, key, timeout)),
             BackendKind::Llamacpp => Box::new(LlamaCppBackend::new(url, key, timeout)),
             BackendKind::Openai => Box::new(OpenAiTextBackend::new(

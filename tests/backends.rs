@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::mock_worker::{Reply, Sample, Wire};
+use common::mock_worker::{MockWorker, Reply, Sample, Wire};
 use common::{Proxy, assert_node_shape, assert_openai_error, char_model_dir, chars, fixture_model};
 use serde_json::json;
 
@@ -40,6 +40,136 @@ async fn vllm_generate_endpoint_is_used_when_offered() {
     let nodes = proxy.nodes(&uuid).await;
     assert_eq!(nodes.len(), 1);
     assert_node_shape(&nodes[0]);
+}
+
+/// vLLM 0.32 lists `/inference/v1/generate` in /openapi.json but answers 403 unless started
+/// with `--enable-scale-out`: the proxy falls back to `/v1/completions` with token-id prompts
+/// at once, and remembers it.
+#[tokio::test]
+async fn a_vllm_without_scale_out_is_served_over_completions() {
+    let proxy = Proxy::start(char_model_dir(), None, Wire::VllmScaleOutOff);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    for reply in ["hello", "again"] {
+        let (status, data) = proxy
+            .turn(
+                &uuid,
+                Sample::stop(chars(reply)),
+                json!({"messages": messages}),
+            )
+            .await;
+        assert_eq!(status, 200, "{data}");
+        messages.push(json!({"role": "assistant", "content": reply}));
+        messages.push(json!({"role": "user", "content": "more"}));
+    }
+    assert_eq!(
+        proxy.worker.refused_generate(),
+        1,
+        "asked once, then remembered"
+    );
+    let sent = proxy.worker.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0]["prompt"],
+        json!(chars("<user>hi</user><assistant>"))
+    );
+    assert_eq!(proxy.nodes(&uuid).await.len(), 1);
+}
+
+/// A proxy told nothing but the server's URL names the model the server serves in its
+/// requests and replies, and fits `max_tokens` to the context the server reports; flags
+/// still win.
+#[tokio::test]
+async fn model_name_and_context_length_are_asked_of_the_server() {
+    let worker = MockWorker::start(Wire::VllmScaleOutOff);
+    worker.serve_model("tiny", 64);
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, |settings| {
+        settings.model_name = None;
+    });
+    let uuid = proxy.session(json!({})).await;
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (status, data) = proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("ok")),
+            json!({"messages": messages}),
+        )
+        .await;
+    assert_eq!(status, 200, "{data}");
+    assert_eq!(data["model"], "tiny");
+    let sent = &proxy.worker.requests()[0];
+    assert_eq!(sent["model"], "tiny");
+    let prompt = chars("<user>hi</user><assistant>").len() as u64;
+    assert_eq!(
+        sent["max_tokens"],
+        64 - prompt,
+        "the room the context leaves"
+    );
+    let (_, servers) = proxy.get("/servers").await;
+    assert_eq!(servers["servers"][0]["model"], "tiny");
+    assert_eq!(servers["servers"][0]["context_length"], 64);
+    // A prompt that fills the reported context is refused before it reaches the server.
+    let long = json!([{"role": "user", "content": "x".repeat(80)}]);
+    let other = proxy.session(json!({})).await;
+    let (status, data) = proxy.chat(&other, json!({"messages": long})).await;
+    assert_eq!(status, 400, "{data}");
+    assert_openai_error(&data);
+    assert_eq!(proxy.worker.requests().len(), 1);
+
+    let worker = MockWorker::start(Wire::VllmScaleOutOff);
+    worker.serve_model("tiny", 64);
+    let flagged = Proxy::start_with(char_model_dir(), None, worker, |settings| {
+        settings.model_name = Some("mine".into());
+        settings.context_length = Some(40);
+    });
+    let uuid = flagged.session(json!({})).await;
+    let (status, data) = flagged
+        .turn(
+            &uuid,
+            Sample::stop(chars("ok")),
+            json!({"messages": messages}),
+        )
+        .await;
+    assert_eq!(status, 200, "{data}");
+    let sent = &flagged.worker.requests()[0];
+    assert_eq!(
+        (&sent["model"], &data["model"]),
+        (&json!("mine"), &json!("mine"))
+    );
+    assert_eq!(sent["max_tokens"], 40 - prompt);
+}
+
+/// A server that tokenizes the probe text differently would sample from prompts the trainer
+/// never sees: it gets no turn, and the error names both tokenizers.
+#[tokio::test]
+async fn a_server_with_another_tokenizer_is_refused() {
+    let worker = MockWorker::start(Wire::VllmScaleOutOff);
+    worker.serve_model("tiny", 4096);
+    worker.shift_tokenizer(1);
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, |_| {});
+    let uuid = proxy.session(json!({})).await;
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (status, data) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 503, "{data}");
+    assert_openai_error(&data);
+    let message = data["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("tokenizer of http://127.0.0.1"),
+        "{message}"
+    );
+    assert!(
+        message.contains(char_model_dir().to_str().unwrap()),
+        "{message}"
+    );
+    assert!(proxy.worker.requests().is_empty(), "nothing was sampled");
+    let (_, servers) = proxy.get("/servers").await;
+    assert!(
+        servers["servers"][0]["refused"]
+            .as_str()
+            .unwrap()
+            .contains("differs")
+    );
+    assert!(proxy.nodes(&uuid).await.is_empty());
 }
 
 /// A text-only OpenAI backend: the prompt goes as text, the reply is re-tokenized and the turn

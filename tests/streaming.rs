@@ -33,7 +33,7 @@ fn streamed_ids(events: &[Value]) -> Vec<u32> {
 
 #[tokio::test]
 async fn sse_chunks_in_order_with_token_ids_and_usage() {
-    for wire in [Wire::Sglang, Wire::Vllm] {
+    for wire in [Wire::Sglang, Wire::Vllm, Wire::VllmGenerate] {
         let proxy = Proxy::start(char_model_dir(), None, wire);
         let uuid = proxy.session(json!({})).await;
         proxy.worker.push_sample(Sample::stop(chars("Hi there!")));

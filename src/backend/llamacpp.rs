@@ -7,8 +7,9 @@
 //! string appears: llama-server drops the logprobs of a stop word's tokens, and the node needs
 //! one for every sampled token.
 
+use super::describe::{context, token_ids};
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
-use super::{Backend, BackendError, EventStream};
+use super::{Backend, BackendError, EventStream, ServerInfo};
 use crate::generation::{
     Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
 };
@@ -313,6 +314,22 @@ impl Backend for LlamaCppBackend {
 
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
+    }
+
+    /// `GET /props`: `model_alias`, and `default_generation_settings.n_ctx` (one slot's
+    /// context: the server's `-c` divided among its slots).
+    async fn describe(&self) -> Result<ServerInfo, BackendError> {
+        let props = self.http.get_json(&self.root, "/props").await?;
+        Ok(ServerInfo {
+            model: props["model_alias"].as_str().map(str::to_string),
+            context_length: context(&props["default_generation_settings"]["n_ctx"]),
+        })
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
+        let body = json!({"content": text, "add_special": false, "parse_special": true});
+        let reply: Value = self.http.post(&self.root, "/tokenize", &body).await?;
+        token_ids(&self.http, &reply, "tokens").map(Some)
     }
 }
 

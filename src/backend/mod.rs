@@ -6,6 +6,7 @@
 //! is the one exception, and marks its turns approximate.) [`pool`] routes requests to them.
 
 mod config;
+mod describe;
 mod error;
 mod http;
 mod llamacpp;
@@ -15,6 +16,7 @@ mod sglang;
 mod vllm;
 
 pub use config::{BackendConfig, BackendKind, InvalidSetting, PoolSettings};
+pub use describe::{PROBE_TEXT, Probe, ServerInfo};
 pub use error::BackendError;
 pub use llamacpp::LlamaCppBackend;
 pub use openai::OpenAiTextBackend;
@@ -54,6 +56,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     }
     /// Checks that the server answers its health endpoint.
     async fn health(&self) -> Result<(), BackendError>;
+    /// What the server reports about itself (model, context window); servers that report
+    /// nothing keep this default.
+    async fn describe(&self) -> Result<ServerInfo, BackendError> {
+        Ok(ServerInfo::default())
+    }
+    /// How the server tokenizes `text` (special-token text read as special tokens, nothing
+    /// added), when it has a route that says.
+    async fn tokenize(&self, _text: &str) -> Result<Option<Vec<u32>>, BackendError> {
+        Ok(None)
+    }
     /// Counters of its own that `GET /servers` shows (the in-process engine's), if any.
     fn stats(&self) -> Option<serde_json::Value> {
         None

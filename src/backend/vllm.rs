@@ -1,13 +1,15 @@
 //! vLLM: the tokens-in `POST /inference/v1/generate` when the server has it (probed once via
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
+use super::describe::{ServedModel, token_ids};
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
-use super::{Backend, BackendError, EventStream};
+use super::{Backend, BackendError, EventStream, ServerInfo};
 use crate::generation::{
     Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -26,23 +28,37 @@ enum Endpoint {
 pub struct VllmBackend {
     http: JsonClient,
     root: String,
-    model: String,
+    model: ServedModel,
     endpoint: OnceCell<Endpoint>,
+    /// Set once the server refused the tokens-in endpoint it lists (vLLM lists it in
+    /// `/openapi.json` but answers 403 unless started with `--enable-scale-out`).
+    generate_refused: AtomicBool,
 }
 
 impl VllmBackend {
-    /// A client for the vLLM server at `base_url`, serving `model`.
-    pub fn new(base_url: &str, model: &str, api_key: Option<String>, timeout: Duration) -> Self {
+    /// A client for the vLLM server at `base_url`. Requests name `model` when given, else the
+    /// model the server lists first (`GET /v1/models`), else `fallback`.
+    pub fn new(
+        base_url: &str,
+        model: Option<&str>,
+        fallback: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Self {
         Self {
             http: JsonClient::new(base_url, api_key, timeout),
             root: server_root(base_url),
-            model: model.to_string(),
+            model: ServedModel::new(model, fallback),
             endpoint: OnceCell::new(),
+            generate_refused: AtomicBool::new(false),
         }
     }
 
     /// The endpoint to use; the probe's answer is kept, a failed probe is tried again later.
     async fn endpoint(&self) -> Endpoint {
+        if self.generate_refused.load(Ordering::Relaxed) {
+            return Endpoint::Completions;
+        }
         let probe = self
             .endpoint
             .get_or_try_init(|| async {
@@ -56,6 +72,30 @@ impl VllmBackend {
             })
             .await;
         probe.copied().unwrap_or(Endpoint::Completions)
+    }
+
+    /// Whether `error` is the server refusing the tokens-in endpoint (403, or 404 from a
+    /// server that lists it but does not route it); remembered, so the next requests go to
+    /// `/v1/completions` at once.
+    fn refuses_generate(&self, endpoint: Endpoint, error: &BackendError) -> bool {
+        let refused = endpoint == Endpoint::Generate
+            && matches!(
+                error,
+                BackendError::Status {
+                    status: 403 | 404,
+                    ..
+                }
+            );
+        if refused && !self.generate_refused.swap(true, Ordering::Relaxed) {
+            tracing::info!(backend = %self.http.base_url, %error,
+                "the tokens-in endpoint is refused: using /v1/completions with token-id prompts");
+        }
+        refused
+    }
+
+    /// The model requests name.
+    async fn model_name(&self) -> String {
+        self.model.name(&self.http, &self.root).await
     }
 
     /// Sampling fields shared by both endpoints (vLLM's `SamplingParams` names).
@@ -82,9 +122,9 @@ impl VllmBackend {
         );
     }
 
-    fn completions_body<'r>(&self, request: &'r GenerateRequest) -> IdsBody<'r> {
+    fn completions_body<'r>(model: &str, request: &'r GenerateRequest) -> IdsBody<'r> {
         let mut body = json!({
-            "model": self.model,
+            "model": model,
             "n": request.n,
             "logprobs": request.params.top_logprobs.unwrap_or(0),
             "return_tokens_as_token_ids": true,
@@ -149,7 +189,9 @@ impl VllmBackend {
         Self::finish(http, choice, token_ids, values, top_logprobs)
     }
 
-    /// A `/inference/v1/generate` choice (chat-style logprobs `content` list).
+    /// A `/inference/v1/generate` choice: `logprobs.content` entries carry `token_id`,
+    /// `logprob` and `top_logprobs` of the same shape; `weight_versions` spans the sample
+    /// (on its last chunk when streamed).
     fn parse_generate_choice(
         http: &JsonClient,
         choice: &Value,
@@ -173,16 +215,16 @@ impl VllmBackend {
                         .into_iter()
                         .flatten()
                         .filter_map(|t| {
-                            Some((
-                                parse_token_key(t["token"].as_str()?)?,
-                                t["logprob"].as_f64()? as f32,
-                            ))
+                            let id = u32::try_from(t["token_id"].as_u64()?).ok()?;
+                            Some((id, t["logprob"].as_f64()? as f32))
                         })
                         .collect()
                 })
                 .collect()
         });
-        Self::finish(http, choice, token_ids, values, top_logprobs)
+        let mut generation = Self::finish(http, choice, token_ids, values, top_logprobs)?;
+        generation.weight_version = last_weight_version(&choice["weight_versions"]);
+        Ok(generation)
     }
 
     fn finish(
@@ -216,6 +258,17 @@ impl VllmBackend {
     }
 }
 
+/// The version of the last span of a `weight_versions` list (`[{"version","start","end"}]`):
+/// the weights the sample ended on.
+fn last_weight_version(spans: &Value) -> Option<String> {
+    spans
+        .as_array()?
+        .iter()
+        .max_by_key(|span| span["end"].as_u64().unwrap_or(0))?["version"]
+        .as_str()
+        .map(str::to_string)
+}
+
 /// `"token_id:123"` → 123.
 fn parse_token_key(key: &str) -> Option<u32> {
     key.strip_prefix("token_id:")?.parse().ok()
@@ -228,21 +281,24 @@ impl Backend for VllmBackend {
     }
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
-        let endpoint = self.endpoint().await;
-        let reply: Value = match endpoint {
-            Endpoint::Generate => {
-                self.http
-                    .post(&self.root, GENERATE_PATH, &Self::generate_body(request))
-                    .await?
-            }
-            Endpoint::Completions => {
-                self.http
-                    .post(
-                        &self.root,
-                        COMPLETIONS_PATH,
-                        &self.completions_body(request),
-                    )
-                    .await?
+        let mut endpoint = self.endpoint().await;
+        let reply: Value = loop {
+            let sent = match endpoint {
+                Endpoint::Generate => {
+                    self.http
+                        .post(&self.root, GENERATE_PATH, &Self::generate_body(request))
+                        .await
+                }
+                Endpoint::Completions => {
+                    let body = Self::completions_body(&self.model_name().await, request);
+                    self.http.post(&self.root, COMPLETIONS_PATH, &body).await
+                }
+            };
+            match sent {
+                Err(error) if self.refuses_generate(endpoint, &error) => {
+                    endpoint = Endpoint::Completions
+                }
+                sent => break sent?,
             }
         };
         let mut choices = reply["choices"]
@@ -275,13 +331,23 @@ impl Backend for VllmBackend {
         &self,
         request: &GenerateRequest,
     ) -> Result<EventStream, BackendError> {
-        let endpoint = self.endpoint().await;
-        let (path, mut body) = match endpoint {
-            Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
-            Endpoint::Completions => (COMPLETIONS_PATH, self.completions_body(request)),
+        let mut endpoint = self.endpoint().await;
+        let bytes = loop {
+            let (path, mut body) = match endpoint {
+                Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
+                Endpoint::Completions => (
+                    COMPLETIONS_PATH,
+                    Self::completions_body(&self.model_name().await, request),
+                ),
+            };
+            body["stream"] = json!(true);
+            match self.http.post_stream(&self.root, path, &body).await {
+                Err(error) if self.refuses_generate(endpoint, &error) => {
+                    endpoint = Endpoint::Completions
+                }
+                sent => break sent?,
+            }
         };
-        body["stream"] = json!(true);
-        let bytes = self.http.post_stream(&self.root, path, &body).await?;
         let http = self.http.clone();
         let want_top = request.params.top_logprobs.is_some();
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
@@ -308,6 +374,18 @@ impl Backend for VllmBackend {
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
     }
+
+    async fn describe(&self) -> Result<ServerInfo, BackendError> {
+        self.model.describe(&self.http, &self.root).await
+    }
+
+    /// `POST /tokenize` (vLLM parses special-token text by default).
+    async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
+        let body =
+            json!({"model": self.model_name().await, "prompt": text, "add_special_tokens": false});
+        let reply: Value = self.http.post(&self.root, "/tokenize", &body).await?;
+        token_ids(&self.http, &reply, "tokens").map(Some)
+    }
 }
 
 #[cfg(test)]
@@ -316,7 +394,13 @@ mod tests {
     use crate::backend::http::JsonBody;
 
     fn backend() -> VllmBackend {
-        VllmBackend::new("http://h:8000/v1", "m", None, Duration::from_secs(1))
+        VllmBackend::new(
+            "http://h:8000/v1",
+            Some("m"),
+            "m",
+            None,
+            Duration::from_secs(1),
+        )
     }
 
     #[test]
@@ -358,7 +442,8 @@ mod tests {
             n: 2,
         };
         let body: Value =
-            serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
+            serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
+                .unwrap();
         assert_eq!(body["prompt"], json!([1, 2]));
         assert_eq!(body["max_tokens"], 8);
         assert_eq!(body["top_k"], 5);
@@ -387,7 +472,8 @@ mod tests {
             n: 1,
         };
         let body: Value =
-            serde_json::from_slice(&backend().completions_body(&request).to_json()).unwrap();
+            serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
+                .unwrap();
         assert_eq!(
             body["structured_outputs"],
             json!({"grammar": "root ::= \"a\""})

@@ -25,8 +25,8 @@ pub struct Pipeline {
     pub context: TurnContext,
     /// Where samples come from.
     pub backends: Arc<Pool>,
-    /// The model's context window (prompt and sample), when known: `max_tokens` is lowered to
-    /// what a prompt leaves of it.
+    /// The model's context window (prompt and sample) when configured, else the smallest one
+    /// the backends report: `max_tokens` is lowered to what a prompt leaves of it.
     pub context_length: Option<usize>,
     /// Most tokens a session's node may hold (`--max-session-tokens`): like the context, it
     /// lowers `max_tokens`, and a prompt that reaches it is refused.
@@ -502,7 +502,10 @@ impl Pipeline {
                 limit,
             });
         }
-        if let Some(context) = self.context_length
+        let context_length = self
+            .context_length
+            .or_else(|| self.backends.context_length());
+        if let Some(context) = context_length
             && prompt_len >= context
         {
             return Err(TurnError::PromptTooLong {
@@ -510,7 +513,7 @@ impl Pipeline {
                 context,
             });
         }
-        let room = [self.context_length, self.max_session_tokens]
+        let room = [context_length, self.max_session_tokens]
             .into_iter()
             .flatten()
             .min();

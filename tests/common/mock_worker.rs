@@ -16,6 +16,10 @@ pub enum Wire {
     Vllm,
     /// vLLM with the tokens-in `POST /inference/v1/generate` listed in /openapi.json.
     VllmGenerate,
+    /// vLLM 0.32 started as users start it (without `--enable-scale-out`): /openapi.json lists
+    /// `/inference/v1/generate`, which answers 403 with vLLM's own message; tokens go over
+    /// `/v1/completions`.
+    VllmScaleOutOff,
     /// A text-only OpenAI `POST /v1/completions` (ids are code points: use the char model).
     OpenAiText,
 }
@@ -24,7 +28,7 @@ impl Wire {
     fn path(self) -> &'static str {
         match self {
             Wire::Sglang => "/generate",
-            Wire::Vllm | Wire::OpenAiText => "/v1/completions",
+            Wire::Vllm | Wire::VllmScaleOutOff | Wire::OpenAiText => "/v1/completions",
             Wire::VllmGenerate => "/inference/v1/generate",
         }
     }
@@ -114,6 +118,13 @@ struct Shared {
     responder: Option<Responder>,
     /// Fails some of the requests the responder would answer.
     faults: Option<FaultInjector>,
+    /// Requests refused at the tokens-in endpoint (`Wire::VllmScaleOutOff`).
+    refused_generate: usize,
+    /// The model `GET /v1/models` lists (`id`, `max_model_len`), once declared; `POST /tokenize`
+    /// answers only then.
+    model_card: Option<(String, u32)>,
+    /// Added to every id `POST /tokenize` gives (a server with another tokenizer).
+    tokenize_shift: u32,
 }
 
 /// Chooses the sample for a request's prompt ids.
@@ -193,6 +204,21 @@ impl MockWorker {
         self.shared.lock().unwrap().requests.clone()
     }
 
+    /// Lists `id` in `GET /v1/models` with `max_model_len`, and answers `POST /tokenize`.
+    pub fn serve_model(&self, id: &str, max_model_len: u32) {
+        self.shared.lock().unwrap().model_card = Some((id.to_string(), max_model_len));
+    }
+
+    /// Adds `by` to every id `POST /tokenize` answers (a server with another tokenizer).
+    pub fn shift_tokenizer(&self, by: u32) {
+        self.shared.lock().unwrap().tokenize_shift = by;
+    }
+
+    /// Requests the tokens-in endpoint refused (`Wire::VllmScaleOutOff`).
+    pub fn refused_generate(&self) -> usize {
+        self.shared.lock().unwrap().refused_generate
+    }
+
     /// Streams one token every `ms` milliseconds.
     pub fn set_token_delay(&self, ms: u64) {
         self.shared.lock().unwrap().token_delay_ms = ms;
@@ -213,7 +239,9 @@ impl MockWorker {
         let last = self.requests().pop().expect("a request was made");
         match self.wire {
             Wire::Sglang => serde_json::from_value(last["input_ids"].clone()).unwrap(),
-            Wire::Vllm => serde_json::from_value(last["prompt"].clone()).unwrap(),
+            Wire::Vllm | Wire::VllmScaleOutOff => {
+                serde_json::from_value(last["prompt"].clone()).unwrap()
+            }
             Wire::VllmGenerate => serde_json::from_value(last["token_ids"].clone()).unwrap(),
             Wire::OpenAiText => last["prompt"]
                 .as_str()
@@ -242,10 +270,8 @@ fn serve(
                     .route("/v1/completions", web::post().to(handle))
                     .route("/inference/v1/generate", web::post().to(handle))
                     .route("/openapi.json", web::get().to(openapi))
-                    .route(
-                        "/v1/models",
-                        web::get().to(|| async { HttpResponse::Ok().json(json!({"data": []})) }),
-                    )
+                    .route("/v1/models", web::get().to(models))
+                    .route("/tokenize", web::post().to(tokenize))
                     .route(
                         "/health",
                         web::get().to(|| async { HttpResponse::Ok().finish() }),
@@ -276,6 +302,12 @@ async fn handle(
     data: web::Data<(Arc<Mutex<Shared>>, Wire)>,
 ) -> HttpResponse {
     let (shared, wire) = data.get_ref();
+    if *wire == Wire::VllmScaleOutOff && req.path() == "/inference/v1/generate" {
+        shared.lock().unwrap().refused_generate += 1;
+        return HttpResponse::Forbidden().json(json!({"error": {
+            "message": "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them.",
+            "type": "PermissionDeniedError", "param": null, "code": 403}}));
+    }
     if req.path() != wire.path() {
         return HttpResponse::NotFound()
             .json(json!({"error": {"message": "wrong endpoint", "code": 404}}));
@@ -373,6 +405,8 @@ fn stream_chunks(sample: &Sample, wire: Wire) -> Vec<Value> {
                         "output_token_logprobs": sample.ids[..k].iter().zip(&sample.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
                     }})
                 }
+                Wire::VllmGenerate => json!({"request_id": "generate-tokens-mock", "usage": null,
+                    "output_mode": "tokens", "choices": [vllm_generate_choice(0, sample, k - 1..k, last)]}),
                 _ => {
                     let id = sample.ids[k - 1];
                     let lp = sample.logprobs[k - 1];
@@ -441,10 +475,45 @@ fn stream_reply(
 fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
     match wire {
         Wire::Sglang => sglang_reply(body, samples),
-        Wire::Vllm => vllm_reply(body, samples),
+        Wire::Vllm | Wire::VllmScaleOutOff => vllm_reply(body, samples),
         Wire::VllmGenerate => vllm_generate_reply(samples),
         Wire::OpenAiText => openai_text_reply(samples),
     }
+}
+
+/// vLLM's `GET /v1/models` (shape of a real 0.32 reply): the declared model, else none.
+async fn models(data: web::Data<(Arc<Mutex<Shared>>, Wire)>) -> HttpResponse {
+    let card = data.0.lock().unwrap().model_card.clone();
+    let listed: Vec<Value> = card
+        .into_iter()
+        .map(|(id, max_model_len)| {
+            json!({"id": id, "object": "model", "created": 1796604163, "owned_by": "vllm",
+                "root": "/models/tiny", "parent": null, "max_model_len": max_model_len, "permission": []})
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({"object": "list", "data": listed}))
+}
+
+/// vLLM's `POST /tokenize` for the char model (ids are code points of the Basic Multilingual
+/// Plane, 0 beyond it, plus the shift), once a model is declared.
+async fn tokenize(
+    body: web::Json<Value>,
+    data: web::Data<(Arc<Mutex<Shared>>, Wire)>,
+) -> HttpResponse {
+    let shared = data.0.lock().unwrap();
+    let Some((_, max_model_len)) = &shared.model_card else {
+        return HttpResponse::NotFound().json(json!({"detail": "Not Found"}));
+    };
+    let tokens: Vec<u32> = body["prompt"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .map(|c| if (c as u32) < 0x10000 { c as u32 } else { 0 } + shared.tokenize_shift)
+        .collect();
+    HttpResponse::Ok().json(
+        json!({"count": tokens.len(), "max_model_len": max_model_len,
+        "tokens": tokens, "token_strs": null}),
+    )
 }
 
 async fn openapi(data: web::Data<(Arc<Mutex<Shared>>, Wire)>) -> HttpResponse {
@@ -452,30 +521,55 @@ async fn openapi(data: web::Data<(Arc<Mutex<Shared>>, Wire)>) -> HttpResponse {
         Wire::Vllm | Wire::VllmGenerate => {
             HttpResponse::Ok().json(json!({"paths": {data.1.path(): {}, "/health": {}}}))
         }
+        Wire::VllmScaleOutOff => HttpResponse::Ok().json(json!({"paths": {
+            "/v1/completions": {}, "/inference/v1/generate": {}, "/tokenize": {}, "/health": {}}})),
         _ => HttpResponse::NotFound().finish(),
     }
+}
+
+/// A vLLM 0.32 `/inference/v1/generate` choice (copied from a real server's reply): with
+/// `last`, the choice that ends the sample (a streamed choice carries only new tokens, and
+/// `weight_versions` only on its last chunk).
+fn vllm_generate_choice(
+    index: usize,
+    s: &Sample,
+    range: std::ops::Range<usize>,
+    last: bool,
+) -> Value {
+    let content: Vec<Value> = s.ids[range.clone()]
+        .iter()
+        .zip(&s.logprobs[range])
+        .map(|(id, lp)| {
+            json!({"token_id": id, "logprob": lp, "rank": 1,
+                   "top_logprobs": [{"token_id": id, "logprob": lp, "rank": 1}]})
+        })
+        .collect();
+    let ids: Vec<u32> = content
+        .iter()
+        .map(|c| c["token_id"].as_u64().unwrap() as u32)
+        .collect();
+    let stop_reason = match &s.matched {
+        Value::String(_) if last => s.matched.clone(),
+        _ => Value::Null,
+    };
+    json!({"index": index, "finish_reason": if last { json!(s.finish) } else { Value::Null },
+        "stop_reason": stop_reason, "token_ids": ids, "routed_experts": null, "sampling_mask": null,
+        "weight_versions": if last { json!([{"version": "default", "start": 0, "end": s.ids.len()}]) } else { Value::Null },
+        "logprobs": {"content": content}})
 }
 
 fn vllm_generate_reply(samples: &[Sample]) -> HttpResponse {
     let choices: Vec<Value> = samples
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            let content: Vec<Value> = s
-                .ids
-                .iter()
-                .zip(&s.logprobs)
-                .map(|(id, lp)| {
-                    json!({"token": format!("token_id:{id}"), "logprob": lp, "bytes": null,
-                           "top_logprobs": [{"token": format!("token_id:{id}"), "logprob": lp, "bytes": null}]})
-                })
-                .collect();
-            json!({"index": i, "finish_reason": s.finish, "token_ids": s.ids, "logprobs": {"content": content}})
-        })
+        .map(|(i, s)| vllm_generate_choice(i, s, 0..s.ids.len(), true))
         .collect();
     HttpResponse::Ok().json(
-        json!({"request_id": "generate-tokens-mock", "choices": choices,
-        "prompt_logprobs": null, "kv_transfer_params": null}),
+        json!({"request_id": "generate-tokens-mock", "model": "tiny",
+        "usage": {"prompt_tokens": 1, "total_tokens": 1, "completion_tokens": 0},
+        "prompt_logprobs": null, "prompt_token_id_logprobs": null, "prompt_token_ids": null,
+        "mm_placeholders": null, "metrics": null, "kv_transfer_params": null,
+        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices}),
     )
 }
 

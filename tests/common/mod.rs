@@ -242,7 +242,7 @@ impl Proxy {
             backends: vec![worker.url.clone()],
             backend_kind: Some(match worker.wire {
                 Wire::Sglang => BackendKind::Sglang,
-                Wire::Vllm | Wire::VllmGenerate => BackendKind::Vllm,
+                Wire::Vllm | Wire::VllmGenerate | Wire::VllmScaleOutOff => BackendKind::Vllm,
                 Wire::OpenAiText => BackendKind::Openai,
             }),
             model_name: Some("test_model".into()),

@@ -1,8 +1,10 @@
 //! One backend in the pool: its client, its request limit, its health and its counters.
 
-use super::super::{Backend, BackendConfig, BackendError, PoolSettings};
-use std::sync::Mutex;
+use super::super::{
+    Backend, BackendConfig, BackendError, PROBE_TEXT, PoolSettings, Probe, ServerInfo,
+};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Health as a small state machine that doubles as the circuit breaker: `unhealthy_after`
@@ -40,6 +42,16 @@ pub struct Member {
     errors: AtomicU64,
     retries: AtomicU64,
     health: Mutex<Health>,
+    /// What the server said about itself, once it answered.
+    described: OnceLock<Described>,
+}
+
+/// A server's account of itself, and whether it may serve.
+#[derive(Debug)]
+struct Described {
+    info: ServerInfo,
+    /// Why it must not serve (its tokenizer differs from the proxy's).
+    refused: Option<String>,
 }
 
 impl Member {
@@ -59,7 +71,55 @@ impl Member {
                 trial_in_flight: false,
                 probe_passed: None,
             }),
+            described: OnceLock::new(),
         }
+    }
+
+    /// Asks the server about itself and checks it tokenizes `probe` as the proxy does, unless
+    /// it answered already; a server that cannot answer yet is asked again next time.
+    pub(super) async fn describe(&self, probe: Option<&Probe>) {
+        if self.described.get().is_some() {
+            return;
+        }
+        let info = match self.client.describe().await {
+            Ok(info) => info,
+            Err(error) => {
+                tracing::debug!(backend = %self.base_url(), %error, "cannot describe the backend yet");
+                return;
+            }
+        };
+        let refused = match probe {
+            None => None,
+            Some(probe) => match self.client.tokenize(PROBE_TEXT).await {
+                Ok(Some(ids)) => probe.mismatch(self.base_url(), &ids),
+                // No tokenize route: nothing to compare.
+                Ok(None)
+                | Err(BackendError::Status {
+                    status: 404 | 405 | 501,
+                    ..
+                }) => None,
+                Err(error) => {
+                    tracing::debug!(backend = %self.base_url(), %error, "cannot tokenize the probe yet");
+                    return;
+                }
+            },
+        };
+        match &refused {
+            Some(reason) => tracing::error!(backend = %self.base_url(), %reason, "backend refused"),
+            None => tracing::info!(backend = %self.base_url(), model = ?info.model,
+                context_length = ?info.context_length, "backend described"),
+        }
+        let _ = self.described.set(Described { info, refused });
+    }
+
+    /// What the server said about itself, once it answered.
+    pub fn info(&self) -> Option<&ServerInfo> {
+        self.described.get().map(|d| &d.info)
+    }
+
+    /// Why the server must not serve, if it must not.
+    pub fn refused(&self) -> Option<&str> {
+        self.described.get()?.refused.as_deref()
     }
 
     /// The backend's base URL.
@@ -93,6 +153,9 @@ impl Member {
 
     /// Takes one request slot if the backend is under its limit and may take traffic.
     pub(super) fn try_reserve(&self, settings: &PoolSettings) -> Reserve {
+        if self.refused().is_some() {
+            return Reserve::Unavailable;
+        }
         {
             let mut health = self.health.lock().expect("health lock");
             if !health.healthy {
@@ -117,6 +180,9 @@ impl Member {
     /// that failed requests alone (a burst of 5xx, timeouts) never take out every backend
     /// whose server still answers.
     pub(super) fn try_reserve_answering(&self) -> Reserve {
+        if self.refused().is_some() {
+            return Reserve::Unavailable;
+        }
         if self.health.lock().expect("health lock").probe_passed != Some(true) {
             return Reserve::Unavailable;
         }
@@ -207,6 +273,11 @@ impl Member {
             "errors": self.errors.load(Ordering::Relaxed),
             "retries": self.retries.load(Ordering::Relaxed),
         });
+        if let Some(described) = self.described.get() {
+            status["model"] = described.info.model.clone().into();
+            status["context_length"] = described.info.context_length.into();
+            status["refused"] = described.refused.clone().into();
+        }
         if let Some(stats) = self.client.stats() {
             status["engine"] = stats;
         }

@@ -16,7 +16,7 @@ mod member;
 pub use member::Member;
 use member::Reserve;
 
-use super::{BackendConfig, BackendError, EventStream, PoolSettings};
+use super::{BackendConfig, BackendError, EventStream, PoolSettings, Probe, ServerInfo};
 use crate::generation::{GenerateRequest, Generation};
 use crate::metrics::{Metrics, Stage};
 use futures::StreamExt;
@@ -59,6 +59,8 @@ pub struct Pool {
     turns_on_same_backend: AtomicU64,
     /// Where the time requests wait for a slot is reported.
     metrics: Option<Arc<Metrics>>,
+    /// The text every backend must tokenize as the proxy does.
+    probe: Option<Probe>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -99,6 +101,7 @@ impl Pool {
             turns_with_history: AtomicU64::new(0),
             turns_on_same_backend: AtomicU64::new(0),
             metrics: None,
+            probe: None,
         };
         pool.replace(configs);
         pool
@@ -108,6 +111,36 @@ impl Pool {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Refuses backends whose tokenizer gives other ids for the probe text than `probe`.
+    pub fn with_probe(mut self, probe: Probe) -> Self {
+        self.probe = Some(probe);
+        self
+    }
+
+    /// Asks every backend that has not answered yet about itself (and checks its tokenizer),
+    /// waiting at most `within`.
+    pub async fn describe_all(&self, within: Duration) {
+        let members = self.members();
+        let asked = members.iter().map(|m| m.describe(self.probe.as_ref()));
+        let _ = tokio::time::timeout(within, futures::future::join_all(asked)).await;
+    }
+
+    /// The first base model a backend reported serving.
+    pub fn reported_model(&self) -> Option<String> {
+        let members = self.members();
+        members.iter().find_map(|m| m.info()?.model.clone())
+    }
+
+    /// The smallest context window the backends reported (a prompt must fit any of them).
+    pub fn context_length(&self) -> Option<usize> {
+        let members = self.members();
+        members
+            .iter()
+            .filter_map(|m| m.info().and_then(|i: &ServerInfo| i.context_length))
+            .min()
+            .map(|n| n as usize)
     }
 
     /// Its routing, health, retry and queue settings.
@@ -375,12 +408,13 @@ impl Pool {
             }
         }
         if any_full {
-            Ok(None)
-        } else {
-            Err(BackendError::NoBackend(
-                "no healthy backend (every candidate's circuit is open)".into(),
-            ))
+            return Ok(None);
         }
+        let refusal = order.iter().find_map(|m| m.refused());
+        Err(BackendError::NoBackend(refusal.map_or_else(
+            || "no healthy backend (every candidate's circuit is open)".into(),
+            str::to_string,
+        )))
     }
 
     /// Counts, for a session's turn after its first, whether it ran where the session's previous
@@ -415,12 +449,16 @@ impl Pool {
         loop {
             let members = self.members();
             let settings = &self.settings;
+            let probe = self.probe.as_ref();
             let probes = members
                 .iter()
                 .filter(|m| m.config.health_check)
                 .map(|m| async move {
                     let ok = m.client.health().await.is_ok();
                     m.record_probe(ok, settings);
+                    if ok {
+                        m.describe(probe).await;
+                    }
                 });
             futures::future::join_all(probes).await;
             self.freed.notify_waiters();
