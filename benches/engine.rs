@@ -47,6 +47,7 @@ async fn timed(
             ..SamplingParams::default()
         },
         n: 1,
+        session: None,
     };
     let start = Instant::now();
     let mut events = backend

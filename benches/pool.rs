@@ -59,6 +59,7 @@ fn request() -> GenerateRequest {
         prompt: vec![7; 4096],
         params: SamplingParams::default(),
         n: 1,
+        session: None,
     }
 }
 

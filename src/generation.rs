@@ -115,6 +115,9 @@ pub struct GenerateRequest {
     pub params: SamplingParams,
     /// How many samples.
     pub n: u32,
+    /// The session the request continues: its id goes in the headers routers hash for
+    /// session affinity (vLLM's `X-Session-ID`, the SGLang gateway's `X-SMG-Routing-Key`).
+    pub session: Option<std::sync::Arc<str>>,
 }
 
 /// Why a sample ended.

@@ -176,6 +176,22 @@ async fn sglang_and_vllm_get_the_grammar_in_their_fields() {
     assert!(grammar.contains("get_time") && grammar.contains("get_weather"));
 }
 
+/// With thinking off, Qwen3's generation prompt already holds an empty, closed think block:
+/// the forced call's grammar opens none (found against a real vLLM, where the grammar let a
+/// random model open a block it never closed).
+#[tokio::test]
+async fn a_prompt_that_closed_its_think_block_gets_a_grammar_without_one() {
+    let off =
+        json!({"tool_choice": "required", "chat_template_kwargs": {"enable_thinking": false}});
+    let sent = upstream_request(Wire::Sglang, question(off)).await;
+    let ebnf = sent["sampling_params"]["ebnf"].as_str().unwrap();
+    assert!(
+        !ebnf.contains("<think>") && !ebnf.contains("</think>"),
+        "{ebnf}"
+    );
+    assert!(ebnf.starts_with("root ::= call"), "{ebnf}");
+}
+
 #[tokio::test]
 async fn responses_text_format_is_enforced_too() {
     let (tokenizer, proxy) = qwen3_proxy();
@@ -290,11 +306,11 @@ async fn what_cannot_be_enforced_is_refused_naming_the_option() {
 /// Every kind of grammar the proxy writes, and texts each must and must not match.
 fn grammar_cases() -> Vec<Value> {
     use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
-    use rollout_proxy::grammar::{for_request, gbnf};
-    let grammar = |extra: Value, format: &str, thinks: bool| {
+    use rollout_proxy::grammar::{Reasoning, for_request, gbnf};
+    let grammar = |extra: Value, format: &str, reasoning: Reasoning| {
         let body: ChatCompletionBody = serde_json::from_value(question(extra)).unwrap();
         let request = ChatRequest::from_body(body, None).unwrap();
-        gbnf(&for_request(&request, format, thinks).unwrap().unwrap())
+        gbnf(&for_request(&request, format, reasoning).unwrap().unwrap())
     };
     let named = json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
     let required = json!({"tool_choice": "required"});
@@ -310,23 +326,26 @@ fn grammar_cases() -> Vec<Value> {
     let schema_body = json!({"response_format": {"type": "json_schema",
         "json_schema": {"name": "w", "schema": schema}}});
     vec![
-        json!({"name": "hermes, named", "grammar": grammar(named.clone(), "hermes", false),
+        json!({"name": "hermes, named", "grammar": grammar(named.clone(), "hermes", Reasoning::None),
             "accept": [paris, hermes(r#"{"city":"Paris","unit":"celsius"}"#),
                 hermes("{\n  \"city\": \"Paris\"\n}")],
             "reject": [hermes(r#"{"city": "Paris", "unit": "kelvin"}"#), hermes("{}"), time,
                 "It is sunny."]}),
-        json!({"name": "hermes, required, thinking", "grammar": grammar(required, "hermes", true),
+        json!({"name": "hermes, required, thinking", "grammar": grammar(required.clone(), "hermes", Reasoning::MayOpen),
             "accept": [format!("<think>a < b, </x></think>\n{paris}"), format!("{paris}\n{time}"),
                 time],
             "reject": [format!("<think>x</think>It is sunny.")]}),
-        json!({"name": "qwen3_coder, named", "grammar": grammar(named.clone(), "qwen3_coder", false),
+        json!({"name": "hermes, required, in an opened block", "grammar": grammar(required, "hermes", Reasoning::Open),
+            "accept": [format!("a < b, </x></think>\n{paris}"), format!("</think>{time}")],
+            "reject": [paris.clone(), "x</think>It is sunny.".to_string()]}),
+        json!({"name": "qwen3_coder, named", "grammar": grammar(named.clone(), "qwen3_coder", Reasoning::None),
             "accept": ["<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n\
                 </function>\n</tool_call>"],
             "reject": ["<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"]}),
-        json!({"name": "llama3_json, named", "grammar": grammar(named, "llama3_json", false),
+        json!({"name": "llama3_json, named", "grammar": grammar(named, "llama3_json", Reasoning::None),
             "accept": [r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#],
             "reject": [r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#]}),
-        json!({"name": "response_format", "grammar": grammar(schema_body, "hermes", false),
+        json!({"name": "response_format", "grammar": grammar(schema_body, "hermes", Reasoning::None),
             "accept": [r#"{"city": "Oslo", "temperature_c": -3}"#],
             "reject": [r#"{"city": "Oslo"}"#, r#"{"city": 3, "temperature_c": 1}"#]}),
     ]

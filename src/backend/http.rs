@@ -86,6 +86,21 @@ impl std::ops::IndexMut<&str> for IdsBody<'_> {
     }
 }
 
+/// The headers a request that continues a session carries its id in, for session affinity in
+/// the routers before a fleet of servers, and the server's own prefix-cache bookkeeping:
+/// vLLM's `X-Session-ID` (read by vLLM itself and by vLLM's router), and the SGLang model
+/// gateway's consistent-hash key.
+const AFFINITY_HEADERS: [header::HeaderName; 2] = [
+    header::HeaderName::from_static("x-session-id"),
+    header::HeaderName::from_static("x-smg-routing-key"),
+];
+
+/// A POST's JSON body, and the session the request continues.
+struct Posted<'a> {
+    json: Vec<u8>,
+    session: Option<&'a str>,
+}
+
 /// Longest wait for a health or metadata probe (`/health`, `/props`, `/openapi.json`).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -183,15 +198,21 @@ impl JsonClient {
         Ok(url)
     }
 
-    /// POSTs `body` to `{root}{path}` and returns the JSON reply parsed as `T`.
+    /// POSTs `body` to `{root}{path}` and returns the JSON reply parsed as `T`. A request that
+    /// continues `session` carries its id in the headers routers hash for session affinity.
     pub async fn post<T: DeserializeOwned>(
         &self,
         root: &str,
         path: &str,
         body: &impl JsonBody,
+        session: Option<&str>,
     ) -> Result<T, BackendError> {
+        let posted = Posted {
+            json: body.to_json(),
+            session,
+        };
         let reply = self
-            .send(Method::POST, root, path, Some(body.to_json()), self.timeout)
+            .send(Method::POST, root, path, Some(posted), self.timeout)
             .await?;
         self.json(reply).await
     }
@@ -203,13 +224,18 @@ impl JsonClient {
         root: &str,
         path: &str,
         body: &impl JsonBody,
+        session: Option<&str>,
     ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, String>>, BackendError> {
+        let posted = Posted {
+            json: body.to_json(),
+            session,
+        };
         let Reply {
             response,
             deadline,
             timeout,
         } = self
-            .send(Method::POST, root, path, Some(body.to_json()), self.timeout)
+            .send(Method::POST, root, path, Some(posted), self.timeout)
             .await?;
         let chunks = futures::stream::unfold(Some(response.into_body()), move |body| async move {
             let mut body = body?;
@@ -253,13 +279,17 @@ impl JsonClient {
         method: Method,
         root: &str,
         path: &str,
-        body: Option<Vec<u8>>,
+        posted: Option<Posted<'_>>,
         timeout: Duration,
     ) -> Result<Reply, BackendError> {
         let deadline = Instant::now() + timeout;
         let thread = self.thread_client();
+        let (json, session) = match posted {
+            Some(Posted { json, session }) => (Bytes::from(json), session),
+            None => (Bytes::new(), None),
+        };
         let is_post = method == Method::POST;
-        let mut request = hyper::Request::new(Full::new(body.map(Bytes::from).unwrap_or_default()));
+        let mut request = hyper::Request::new(Full::new(json));
         *request.method_mut() = method;
         *request.uri_mut() = self.url(thread, root, path)?;
         let headers = request.headers_mut();
@@ -269,6 +299,12 @@ impl JsonClient {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
+        }
+        // A session id is a UUID the proxy made: always a valid header value.
+        if let Some(value) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+            for name in AFFINITY_HEADERS {
+                headers.insert(name, value.clone());
+            }
         }
         if let Some(authorization) = &self.authorization {
             let value = authorization.clone().map_err(|e| self.unreachable(e))?;
@@ -553,7 +589,7 @@ mod tests {
         .await;
         let client = JsonClient::new(&root, Some("secret".into()), Duration::from_secs(5));
         let reply: Value = client
-            .post(&root, "/generate", &json!({"x": 1}))
+            .post(&root, "/generate", &json!({"x": 1}), Some("a-session"))
             .await
             .unwrap();
         assert_eq!(reply, json!({"a": [1]}));
@@ -571,6 +607,12 @@ mod tests {
             "{request}"
         );
         assert!(request.ends_with("\r\n\r\n{\"x\":1}"), "{request}");
+        for affinity in [
+            "x-session-id: a-session\r\n",
+            "x-smg-routing-key: a-session\r\n",
+        ] {
+            assert!(request.contains(affinity), "{request}");
+        }
     }
 
     #[tokio::test]
@@ -581,7 +623,7 @@ mod tests {
         .await;
         let client = JsonClient::new(&root, None, Duration::from_secs(5));
         let error = client
-            .post::<Value>(&root, "/generate", &json!({}))
+            .post::<Value>(&root, "/generate", &json!({}), None)
             .await
             .unwrap_err();
         let BackendError::Status {
@@ -611,7 +653,7 @@ mod tests {
         let (root, _requests) = raw_server("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{").await;
         let client = JsonClient::new(&root, None, Duration::from_millis(300));
         let error = client
-            .post::<Value>(&root, "/x", &json!({}))
+            .post::<Value>(&root, "/x", &json!({}), None)
             .await
             .unwrap_err();
         assert!(

@@ -84,7 +84,10 @@ impl LlamaCppBackend {
     ) -> Result<Option<Vec<Generation>>, BackendError> {
         let mut body = Self::body(request, false);
         body["n_cmpl"] = json!(request.n);
-        let reply: Value = self.http.post(&self.root, "/completion", &body).await?;
+        let reply: Value = self
+            .http
+            .post(&self.root, "/completion", &body, request.session.as_deref())
+            .await?;
         let Some(results) = reply.as_array().filter(|r| r.len() == request.n as usize) else {
             return Ok(None);
         };
@@ -100,7 +103,12 @@ impl LlamaCppBackend {
     async fn complete(&self, request: &GenerateRequest) -> Result<Generation, BackendError> {
         let reply = self
             .http
-            .post(&self.root, "/completion", &Self::body(request, false))
+            .post(
+                &self.root,
+                "/completion",
+                &Self::body(request, false),
+                request.session.as_deref(),
+            )
             .await?;
         self.parse_reply(&reply, request)
     }
@@ -150,7 +158,12 @@ impl LlamaCppBackend {
     async fn stream_one(&self, request: &GenerateRequest) -> Result<EventStream, BackendError> {
         let bytes = self
             .http
-            .post_stream(&self.root, "/completion", &Self::body(request, true))
+            .post_stream(
+                &self.root,
+                "/completion",
+                &Self::body(request, true),
+                request.session.as_deref(),
+            )
             .await?;
         let http = self.http.clone();
         let stops = request.params.stop.clone();
@@ -328,7 +341,7 @@ impl Backend for LlamaCppBackend {
 
     async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
         let body = json!({"content": text, "add_special": false, "parse_special": true});
-        let reply: Value = self.http.post(&self.root, "/tokenize", &body).await?;
+        let reply: Value = self.http.post(&self.root, "/tokenize", &body, None).await?;
         token_ids(&self.http, &reply, "tokens").map(Some)
     }
 }

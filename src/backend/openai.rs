@@ -108,9 +108,10 @@ impl Backend for OpenAiTextBackend {
                 option: constraint.option(),
             });
         }
+        // A hosted provider is told no session ids.
         let reply: Value = self
             .http
-            .post(&self.root, "/v1/completions", &self.body(request))
+            .post(&self.root, "/v1/completions", &self.body(request), None)
             .await?;
         let mut choices = reply["choices"]
             .as_array()

@@ -312,7 +312,12 @@ impl Backend for SglangBackend {
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
         let Outputs(outputs) = self
             .http
-            .post(&self.root, "/generate", &Self::body(request, false))
+            .post(
+                &self.root,
+                "/generate",
+                &Self::body(request, false),
+                request.session.as_deref(),
+            )
             .await?;
         let want_top = request.params.top_logprobs.is_some();
         outputs
@@ -327,7 +332,12 @@ impl Backend for SglangBackend {
     ) -> Result<EventStream, BackendError> {
         let bytes = self
             .http
-            .post_stream(&self.root, "/generate", &Self::body(request, true))
+            .post_stream(
+                &self.root,
+                "/generate",
+                &Self::body(request, true),
+                request.session.as_deref(),
+            )
             .await?;
         let http = self.http.clone();
         let want_top = request.params.top_logprobs.is_some();
@@ -401,6 +411,7 @@ mod tests {
             prompt: vec![1, 2],
             params: SamplingParams::default(),
             n: 1,
+            session: None,
         };
         let body = |request: &GenerateRequest, stream| {
             let bytes = SglangBackend::body(request, stream).to_json();

@@ -282,16 +282,24 @@ impl Backend for VllmBackend {
 
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
         let mut endpoint = self.endpoint().await;
+        let session = request.session.as_deref();
         let reply: Value = loop {
             let sent = match endpoint {
                 Endpoint::Generate => {
                     self.http
-                        .post(&self.root, GENERATE_PATH, &Self::generate_body(request))
+                        .post(
+                            &self.root,
+                            GENERATE_PATH,
+                            &Self::generate_body(request),
+                            session,
+                        )
                         .await
                 }
                 Endpoint::Completions => {
                     let body = Self::completions_body(&self.model_name().await, request);
-                    self.http.post(&self.root, COMPLETIONS_PATH, &body).await
+                    self.http
+                        .post(&self.root, COMPLETIONS_PATH, &body, session)
+                        .await
                 }
             };
             match sent {
@@ -332,6 +340,7 @@ impl Backend for VllmBackend {
         request: &GenerateRequest,
     ) -> Result<EventStream, BackendError> {
         let mut endpoint = self.endpoint().await;
+        let session = request.session.as_deref();
         let bytes = loop {
             let (path, mut body) = match endpoint {
                 Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
@@ -341,7 +350,11 @@ impl Backend for VllmBackend {
                 ),
             };
             body["stream"] = json!(true);
-            match self.http.post_stream(&self.root, path, &body).await {
+            match self
+                .http
+                .post_stream(&self.root, path, &body, session)
+                .await
+            {
                 Err(error) if self.refuses_generate(endpoint, &error) => {
                     endpoint = Endpoint::Completions
                 }
@@ -383,7 +396,7 @@ impl Backend for VllmBackend {
     async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
         let body =
             json!({"model": self.model_name().await, "prompt": text, "add_special_tokens": false});
-        let reply: Value = self.http.post(&self.root, "/tokenize", &body).await?;
+        let reply: Value = self.http.post(&self.root, "/tokenize", &body, None).await?;
         token_ids(&self.http, &reply, "tokens").map(Some)
     }
 }
@@ -440,6 +453,7 @@ mod tests {
                 ..Default::default()
             },
             n: 2,
+            session: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -470,6 +484,7 @@ mod tests {
                 ..Default::default()
             },
             n: 1,
+            session: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())

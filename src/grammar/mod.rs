@@ -57,12 +57,24 @@ pub enum GrammarError {
     },
 }
 
-/// The constraint `request` asks for in a session whose tool-call format is `format`, if any.
-/// `thinks`: the model may open its reply with a `<think>` block, which the grammar allows.
+/// Where a reply stands toward a `<think>` block when sampling starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reasoning {
+    /// No block: the model has none, or the prompt already closed it (Qwen3 with thinking
+    /// off writes `<think>\n\n</think>\n\n` itself).
+    None,
+    /// The model may open a block before its answer.
+    MayOpen,
+    /// The prompt opened the block: the reply reasons, closes it, then answers.
+    Open,
+}
+
+/// The constraint `request` asks for in a session whose tool-call format is `format`, if any;
+/// `reasoning` says whether a forced call may or must follow a `<think>` block.
 pub fn for_request(
     request: &ChatRequest,
     format: &str,
-    thinks: bool,
+    reasoning: Reasoning,
 ) -> Result<Option<Constraint>, GrammarError> {
     let forced = matches!(
         request.tool_choice,
@@ -70,7 +82,7 @@ pub fn for_request(
     );
     let callable = request.callable_tools();
     if forced && !callable.is_empty() {
-        return forced_call(request, &callable, format, thinks).map(Some);
+        return forced_call(request, &callable, format, reasoning).map(Some);
     }
     for_response_format(&request.response_format)
 }
@@ -106,7 +118,7 @@ fn forced_call(
     request: &ChatRequest,
     callable: &[String],
     format: &str,
-    thinks: bool,
+    reasoning: Reasoning,
 ) -> Result<Constraint, GrammarError> {
     let declared = request.tools.as_ref().map(|tools| tools.json().clone());
     let functions: Vec<calls::Callable> = declared
@@ -136,12 +148,17 @@ fn forced_call(
         }
     })?;
     fits(&grammar, "tool_choice")?;
-    let root = match thinks {
-        true => {
-            grammar.shared("think-text", r#"( [^<] | "<" [^/] | "</" [^t] )*"#);
+    let think_text = r#"( [^<] | "<" [^/] | "</" [^t] )*"#;
+    let root = match reasoning {
+        Reasoning::None => calls,
+        Reasoning::MayOpen => {
+            grammar.shared("think-text", think_text);
             format!(r#"( "<think>" think-text "</think>" ws )? {calls}"#)
         }
-        false => calls,
+        Reasoning::Open => {
+            grammar.shared("think-text", think_text);
+            format!(r#"think-text "</think>" ws {calls}"#)
+        }
     };
     Ok(Constraint::Grammar(grammar.finish(&root)))
 }
@@ -168,7 +185,8 @@ mod tests {
     fn a_named_function_is_the_only_call_the_grammar_allows() {
         let named = request(json!({"tool_choice": {"type": "function",
             "function": {"name": "get_weather"}}}));
-        let Some(Constraint::Grammar(grammar)) = for_request(&named, "hermes", false).unwrap()
+        let Some(Constraint::Grammar(grammar)) =
+            for_request(&named, "hermes", Reasoning::None).unwrap()
         else {
             panic!("no grammar");
         };
@@ -179,9 +197,27 @@ mod tests {
     }
 
     #[test]
+    fn a_block_the_prompt_opened_must_close_before_the_call() {
+        let required = request(json!({"tool_choice": "required"}));
+        let grammar = gbnf(
+            &for_request(&required, "hermes", Reasoning::Open)
+                .unwrap()
+                .unwrap(),
+        );
+        assert!(
+            grammar.starts_with(r#"root ::= think-text "</think>" ws call"#),
+            "{grammar}"
+        );
+    }
+
+    #[test]
     fn required_allows_any_callable_tool_and_several_calls() {
         let required = request(json!({"tool_choice": "required"}));
-        let grammar = gbnf(&for_request(&required, "hermes", true).unwrap().unwrap());
+        let grammar = gbnf(
+            &for_request(&required, "hermes", Reasoning::MayOpen)
+                .unwrap()
+                .unwrap(),
+        );
         assert!(
             grammar.contains("noop") && grammar.contains("get_weather"),
             "{grammar}"
@@ -192,7 +228,7 @@ mod tests {
             ),
             "{grammar}"
         );
-        let error = for_request(&required, "mistral", false)
+        let error = for_request(&required, "mistral", Reasoning::None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -200,7 +236,7 @@ mod tests {
             "{error}"
         );
         assert_eq!(
-            for_request(&request(json!({})), "mistral", false).unwrap(),
+            for_request(&request(json!({})), "mistral", Reasoning::None).unwrap(),
             None
         );
     }
@@ -210,13 +246,15 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}});
         let asked = request(json!({"response_format": {"type": "json_schema",
             "json_schema": {"name": "a", "schema": schema}}}));
-        let constraint = for_request(&asked, "hermes", false).unwrap().unwrap();
+        let constraint = for_request(&asked, "hermes", Reasoning::None)
+            .unwrap()
+            .unwrap();
         assert_eq!(constraint, Constraint::JsonSchema(schema));
         assert_eq!(constraint.option(), "response_format");
         assert!(gbnf(&constraint).contains(r#""\"answer\"" ws ":" ws integer"#));
         let object = request(json!({"response_format": {"type": "json_object"}}));
         assert_eq!(
-            for_request(&object, "hermes", false).unwrap(),
+            for_request(&object, "hermes", Reasoning::None).unwrap(),
             Some(Constraint::JsonSchema(json!({"type": "object"})))
         );
     }
@@ -241,7 +279,7 @@ mod tests {
         let error = for_request(
             &ChatRequest::from_body(forced, None).unwrap(),
             "hermes",
-            false,
+            Reasoning::None,
         )
         .unwrap_err();
         assert!(error.to_string().starts_with("tool_choice: "), "{error}");
@@ -252,7 +290,7 @@ mod tests {
         let error = for_request(
             &ChatRequest::from_body(formatted, None).unwrap(),
             "hermes",
-            false,
+            Reasoning::None,
         )
         .unwrap_err();
         assert!(

@@ -9,7 +9,7 @@
 pub mod harmony;
 mod think;
 
-pub use think::opened_by;
+pub use think::{closed_by, opened_by};
 
 /// How a reply marks its reasoning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,12 @@ pub fn opened_by(prompt_tail: &str) -> bool {
     prompt_tail.trim_end().ends_with(OPEN)
 }
 
+/// Whether a prompt ends with a closed reasoning block (a template that turns thinking off
+/// writes an empty one), so the reply holds none.
+pub fn closed_by(prompt_tail: &str) -> bool {
+    prompt_tail.trim_end().ends_with(CLOSE)
+}
+
 /// Splits a reply into reasoning and content: a block opened by the reply (or by the prompt,
 /// `opened`) runs to `</think>`, or to the end if it never closed.
 pub fn split(text: &str, opened: bool) -> (Option<String>, String) {

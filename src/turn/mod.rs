@@ -219,17 +219,36 @@ impl TurnContext {
     }
 
     /// `request`'s sampling parameters for a session whose tool-call format is `format`, with
-    /// the constraint its `tool_choice` or `response_format` asks for.
+    /// the constraint its `tool_choice` or `response_format` asks for, after `prompt`.
     pub fn sampling(
         &self,
         request: &ChatRequest,
         format: &str,
+        prompt: &[u32],
     ) -> Result<SamplingParams, TurnError> {
-        let thinks = self.tokenizer.token_id("<think>").is_some();
         Ok(SamplingParams {
-            constraint: crate::grammar::for_request(request, format, thinks)?,
+            constraint: crate::grammar::for_request(request, format, self.reasoning_at(prompt))?,
             ..request.params.clone()
         })
+    }
+
+    /// Whether a reply after `prompt` may open a `<think>` block, must close one the prompt
+    /// opened, or has none (the model has no such block, or the prompt closed it).
+    fn reasoning_at(&self, prompt: &[u32]) -> crate::grammar::Reasoning {
+        use crate::grammar::Reasoning;
+        if self.tokenizer.token_id("<think>").is_none() {
+            return Reasoning::None;
+        }
+        let tail = self
+            .tokenizer
+            .decode(&prompt[prompt.len().saturating_sub(4)..]);
+        if crate::reasoning::opened_by(&tail) {
+            Reasoning::Open
+        } else if crate::reasoning::closed_by(&tail) {
+            Reasoning::None
+        } else {
+            Reasoning::MayOpen
+        }
     }
 
     /// How the reply after `prompt` marks its reasoning, when it is returned apart: Harmony's

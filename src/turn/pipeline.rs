@@ -287,7 +287,7 @@ impl Pipeline {
     ) -> Result<TurnOutput, TurnError> {
         let mut plan = self.plan(session, state, request, TailRender::Allowed)?;
         let format = session.options.tool_parser.parser().name();
-        let params = self.context.sampling(request, format)?;
+        let params = self.context.sampling(request, format, &plan.prompt_ids)?;
         let sampled = self.sample(session, &mut plan, params, request.n).await?;
         Ok(self.shape(session, plan, request, sampled, state.issued_calls))
     }
@@ -447,6 +447,7 @@ impl Pipeline {
             prompt: std::mem::take(&mut plan.prompt_ids),
             params,
             n,
+            session: Some(session.id.to_string().into()),
         };
         let previous = session.backend();
         let mut aborted = session.abort_signal();

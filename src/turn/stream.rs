@@ -188,9 +188,10 @@ impl Pipeline {
     ) -> Result<Opening, TurnError> {
         let format = session.options.tool_parser.parser().name();
         let params = self.fit(
-            self.context.sampling(request, format)?,
+            self.context.sampling(request, format, &plan.prompt_ids)?,
             plan.prompt_ids.len(),
         )?;
+        let id: Arc<str> = session.id.to_string().into();
         let requests: Vec<_> = (0..request.n)
             .map(|i| {
                 let mut params = params.clone();
@@ -199,6 +200,7 @@ impl Pipeline {
                     prompt: plan.prompt_ids.clone(),
                     params,
                     n: 1,
+                    session: Some(id.clone()),
                 }
             })
             .collect();

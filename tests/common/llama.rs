@@ -74,16 +74,7 @@ impl LlamaServer {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            let ready =
-                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok_and(|mut stream| {
-                    use std::io::{Read, Write};
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                    let _ = stream.write_all(b"GET /health HTTP/1.0\r\nHost: x\r\n\r\n");
-                    let mut reply = String::new();
-                    let _ = stream.read_to_string(&mut reply);
-                    reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")
-                });
-            if ready {
+            if super::answers_ok(self.port, "/health") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -120,6 +120,8 @@ struct Shared {
     faults: Option<FaultInjector>,
     /// Requests refused at the tokens-in endpoint (`Wire::VllmScaleOutOff`).
     refused_generate: usize,
+    /// Each scripted request's session-affinity headers (`x-session-id`, `x-smg-routing-key`).
+    affinity: Vec<(Option<String>, Option<String>)>,
     /// The model `GET /v1/models` lists (`id`, `max_model_len`), once declared; `POST /tokenize`
     /// answers only then.
     model_card: Option<(String, u32)>,
@@ -212,6 +214,12 @@ impl MockWorker {
     /// Adds `by` to every id `POST /tokenize` answers (a server with another tokenizer).
     pub fn shift_tokenizer(&self, by: u32) {
         self.shared.lock().unwrap().tokenize_shift = by;
+    }
+
+    /// Each request's session-affinity headers: vLLM's `X-Session-ID` and the SGLang
+    /// gateway's `X-SMG-Routing-Key`.
+    pub fn affinity_headers(&self) -> Vec<(Option<String>, Option<String>)> {
+        self.shared.lock().unwrap().affinity.clone()
     }
 
     /// Requests the tokens-in endpoint refused (`Wire::VllmScaleOutOff`).
@@ -335,6 +343,13 @@ async fn handle(
             }
             (scripted, _) => {
                 shared.requests.push(body.0.clone());
+                let header = |name: &str| {
+                    let value = req.headers().get(name)?.to_str().ok()?;
+                    Some(value.to_string())
+                };
+                shared
+                    .affinity
+                    .push((header("x-session-id"), header("x-smg-routing-key")));
                 scripted
             }
         }

@@ -34,6 +34,21 @@ pub fn fixture_model(name: &str) -> PathBuf {
 
 pub mod llama;
 pub mod mock_worker;
+pub mod vllm;
+
+/// Whether a server on 127.0.0.1:`port` answers `GET path` with 200 (readiness probes of the
+/// real servers the tests start, without an async runtime).
+pub fn answers_ok(port: u16, path: &str) -> bool {
+    use std::io::{Read, Write};
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok_and(|mut stream| {
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        let _ = stream.write_all(request.as_bytes());
+        let mut reply = String::new();
+        let _ = stream.read_to_string(&mut reply);
+        reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")
+    })
+}
 
 /// The paths `names` of a tool the tests drive: from the environment when every one is set
 /// (as `scripts/test.sh` sets them), else as `script` (in `scripts/`, which installs it into a

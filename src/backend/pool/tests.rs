@@ -78,6 +78,7 @@ fn request(n: u32) -> GenerateRequest {
         prompt: vec![1],
         params: SamplingParams::default(),
         n,
+        session: None,
     }
 }
 

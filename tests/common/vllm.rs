@@ -1,0 +1,92 @@
+//! A real vLLM (the CPU wheel, installed by `scripts/install-vllm.sh` into a cache outside the
+//! clone) serving a tiny random-weight Qwen3 with the pinned Qwen3 tokenizer, on 127.0.0.1.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The name the server is started with (`--served-model-name`).
+pub const SERVED_NAME: &str = "tiny";
+
+/// The python of vLLM's venv and the tiny model's folder.
+pub fn installed() -> (PathBuf, PathBuf) {
+    let paths = super::installed("install-vllm.sh", &["VLLM_PYTHON", "VLLM_MODEL"]);
+    (paths[0].clone(), paths[1].clone())
+}
+
+/// A running vLLM server, stopped (with its engine process) when dropped.
+pub struct VllmServer {
+    pub port: u16,
+    pub model: PathBuf,
+    child: Child,
+    log: PathBuf,
+}
+
+impl VllmServer {
+    /// Starts `python -m vllm.entrypoints.openai.api_server` with `args` added, the dev-mode
+    /// routes (`/pause`, `/weight_info`, ...) on, and waits until it serves (a cold start
+    /// compiles the model: about a minute on 2 cores).
+    pub fn start(args: &[&str]) -> Self {
+        let (python, model) = installed();
+        let port = super::free_port();
+        let log = super::scratch_dir("vllm-log").join("server.log");
+        let child = Command::new(&python)
+            .args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
+            .arg(&model)
+            .args(["--served-model-name", SERVED_NAME, "--host", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--max-model-len", "4096"])
+            // On CPU this is the share of the machine's memory vLLM takes; the KV cache is
+            // sized apart below.
+            .args(["--gpu-memory-utilization", "0.1", "--dtype", "bfloat16"])
+            .args(args)
+            .env("VLLM_SERVER_DEV_MODE", "1")
+            .env("VLLM_CPU_KVCACHE_SPACE", "1")
+            .env("HF_HUB_OFFLINE", "1")
+            .env("VLLM_NO_USAGE_STATS", "1")
+            .env("DO_NOT_TRACK", "1")
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let server = Self {
+            port,
+            model,
+            child,
+            log,
+        };
+        server.wait_ready();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if super::answers_ok(self.port, "/health") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "vLLM on port {} did not start; its log ends:\n{}",
+            self.port,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+impl Drop for VllmServer {
+    fn drop(&mut self) {
+        // The whole group: the API server and its engine-core process.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,360 @@
+//! A real vLLM behind the proxy: vLLM's CPU build (`scripts/install-vllm.sh`) serving a tiny
+//! random-weight Qwen3 with the pinned Qwen3 tokenizer. Sessions over every API, streamed and
+//! not, `n` > 1, seeds and several turns each stay one exact node, and every logprob the node
+//! records is the one vLLM computes for that token when it scores the whole node
+//! (`prompt_logprobs`). Forced tool calls go through vLLM's structured outputs; a client that
+//! hangs up aborts its request inside vLLM.
+//!
+//! Each test owns one server (a cold start compiles the model: about a minute on 2 cores):
+//! one started as users start it, one with `--enable-scale-out` (the tokens-in endpoint).
+
+mod common;
+
+use common::mock_worker::{MockWorker, Wire};
+use common::vllm::{SERVED_NAME, VllmServer};
+use common::{Proxy, assert_node_shape};
+use rollout_proxy::backend::BackendKind;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// How far a recorded logprob may be from vLLM's score of the same token: both are computed
+/// from bf16 activations, once while decoding and once in one prefill of the whole node.
+const LOGPROB_TOLERANCE: f64 = 0.05;
+
+/// A proxy told only the server's URL and the tokenizer folder: the model name and context
+/// come from the server.
+fn proxy_for(server: &VllmServer) -> Proxy {
+    let url = server.url();
+    Proxy::start_with(
+        server.model.clone(),
+        None,
+        MockWorker::start(Wire::Sglang),
+        move |settings| {
+            settings.backends = vec![url];
+            settings.backend_kind = Some(BackendKind::Vllm);
+            settings.model_name = None;
+        },
+    )
+}
+
+async fn post(url: &str, body: Value) -> Value {
+    let reply = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = reply.status();
+    let text = reply.text().await.unwrap();
+    assert!(status.is_success(), "{url}: {status} {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// vLLM's logprob of each token of `tokens` given the tokens before it (none for the first).
+async fn score(server: &VllmServer, tokens: &[u32]) -> Vec<Option<f64>> {
+    let body = json!({"model": SERVED_NAME, "prompt": tokens, "max_tokens": 1,
+        "prompt_logprobs": 0, "temperature": 0});
+    let reply = post(&format!("{}/v1/completions", server.url()), body).await;
+    let scored = reply["choices"][0]["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(scored.len(), tokens.len());
+    tokens
+        .iter()
+        .zip(scored)
+        .map(|(id, entry)| entry[id.to_string()]["logprob"].as_f64())
+        .collect()
+}
+
+/// The node is well formed and every sampled position's logprob is vLLM's score of it.
+async fn assert_exact(server: &VllmServer, node: &Value) {
+    assert_node_shape(node);
+    let ids = |key: &str| -> Vec<i64> {
+        node[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    };
+    let tokens: Vec<u32> = ids("tokens").iter().map(|&t| t as u32).collect();
+    let masked = ids("masked_tokens");
+    let logprobs: Vec<f64> = node["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let scored = score(server, &tokens).await;
+    let mut sampled = 0;
+    for (at, &mask) in masked.iter().enumerate() {
+        if mask == -100 {
+            continue;
+        }
+        sampled += 1;
+        let vllm = scored[at].unwrap_or_else(|| panic!("no score at {at}"));
+        assert!(
+            (logprobs[at] - vllm).abs() < LOGPROB_TOLERANCE,
+            "position {at} (token {}): recorded {} but vLLM scores {vllm}",
+            tokens[at],
+            logprobs[at]
+        );
+    }
+    assert!(sampled > 0, "the node has sampled positions");
+}
+
+/// Three chat turns (the second streamed), each reply sent back as the model wrote it.
+async fn chat_rollout(proxy: &Proxy, uuid: &str, seed: u64) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "Name a fruit."})];
+    let mut replies = Vec::new();
+    for turn in 0..3u64 {
+        let body = json!({"messages": messages, "max_tokens": 12, "seed": seed + turn,
+            "temperature": 1.0, "logprobs": true, "return_token_ids": true,
+            "chat_template_kwargs": {"enable_thinking": false}});
+        let reply = if turn == 1 {
+            let (status, raw, events) = proxy.chat_stream(uuid, body).await;
+            assert_eq!(status, 200, "{raw}");
+            let text: String = events
+                .iter()
+                .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            json!({"choices": [{"message": {"role": "assistant", "content": text}}]})
+        } else {
+            let (status, reply) = proxy.chat(uuid, body).await;
+            assert_eq!(status, 200, "{reply}");
+            reply
+        };
+        let message = &reply["choices"][0]["message"];
+        messages.push(json!({"role": "assistant", "content": message["content"]}));
+        messages.push(json!({"role": "user", "content": format!("And another ({turn})?")}));
+        replies.push(reply);
+    }
+    replies
+}
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
+            "required": ["city"], "additionalProperties": false}}})
+}
+
+/// A random model never calls a tool by itself: a forced call goes to vLLM as a grammar, which
+/// vLLM accepts and enforces; the call's result goes back, and a second forced call extends
+/// the same node.
+async fn forced_tool_calls(server: &VllmServer, proxy: &Proxy) {
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "user", "content": "Weather in Paris?"})];
+    for (turn, choice) in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = json!({"messages": messages, "tools": [weather_tool()], "tool_choice": choice,
+            "max_tokens": 200, "seed": 7 + turn, "chat_template_kwargs": {"enable_thinking": false}});
+        let (status, reply) = proxy.chat(&uuid, body).await;
+        assert_eq!(status, 200, "{reply}");
+        let message = &reply["choices"][0]["message"];
+        let calls = message["tool_calls"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no call: {reply}"));
+        assert_eq!(calls[0]["function"]["name"], "get_weather", "{reply}");
+        let arguments: Value =
+            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(
+            ["Paris", "Rome", "Oslo"].contains(&arguments["city"].as_str().unwrap()),
+            "{arguments}"
+        );
+        assert_eq!(reply["choices"][0]["finish_reason"], "tool_calls");
+        messages.push(message.clone());
+        messages.push(json!({"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}));
+    }
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "both forced calls extend one node");
+    assert_exact(server, &nodes[0]).await;
+
+    // Structured output through the same structured-outputs field.
+    let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"], "additionalProperties": false});
+    let body = json!({"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": 40,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+        "chat_template_kwargs": {"enable_thinking": false}});
+    let uuid = proxy.session(json!({})).await;
+    let (status, reply) = proxy.chat(&uuid, body).await;
+    assert_eq!(status, 200, "{reply}");
+    let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {content}"));
+    assert!(parsed["ok"].is_boolean(), "{parsed}");
+}
+
+/// The completions API, Messages (whole, then streamed) and Responses (chained by
+/// `previous_response_id`) each keep one exact node.
+async fn other_apis(server: &VllmServer, proxy: &Proxy) {
+    let uuid = proxy.session(json!({})).await;
+    let (status, reply) = proxy
+        .post(
+            &format!("/{uuid}/v1/completions"),
+            json!({"prompt": "Once upon a time", "max_tokens": 10, "seed": 3, "logprobs": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1);
+    assert_exact(server, &nodes[0]).await;
+
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/messages");
+    let mut messages = vec![json!({"role": "user", "content": "Say hi."})];
+    let (status, reply) = proxy
+        .post(
+            &path,
+            json!({"model": "any", "max_tokens": 10, "messages": messages}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    messages.push(json!({"role": "assistant", "content": reply["content"]}));
+    messages.push(json!({"role": "user", "content": "Again."}));
+    let (status, raw, _) = proxy
+        .post_stream(
+            &path,
+            json!({"model": "any", "max_tokens": 10, "messages": messages}),
+        )
+        .await;
+    assert_eq!(status, 200, "{raw}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "the Messages turns extend one node");
+    assert_exact(server, &nodes[0]).await;
+
+    let uuid = proxy.session(json!({})).await;
+    let path = format!("/{uuid}/v1/responses");
+    let (status, first) = proxy
+        .post(&path, json!({"input": "Say hi.", "max_output_tokens": 10}))
+        .await;
+    assert_eq!(status, 200, "{first}");
+    let (status, second) = proxy
+        .post(
+            &path,
+            json!({"input": "Again.", "max_output_tokens": 10, "previous_response_id": first["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "chained responses extend one node");
+    assert_exact(server, &nodes[0]).await;
+}
+
+/// `n` > 1 gives one node per choice, each exact; a seed gives the same sample whether the
+/// reply is streamed or whole.
+async fn samples_and_seeds(server: &VllmServer, proxy: &Proxy) {
+    let uuid = proxy.session(json!({})).await;
+    let body = json!({"messages": [{"role": "user", "content": "Pick a number."}], "n": 3,
+        "max_tokens": 8, "seed": 5, "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, reply) = proxy.chat(&uuid, body).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"].as_array().unwrap().len(), 3);
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 3);
+    for node in &nodes {
+        assert_exact(server, node).await;
+    }
+
+    let body = json!({"messages": [{"role": "user", "content": "Pick a letter."}],
+        "max_tokens": 8, "seed": 99, "return_token_ids": true,
+        "chat_template_kwargs": {"enable_thinking": false}});
+    let whole = proxy.session(json!({})).await;
+    let (status, reply) = proxy.chat(&whole, body.clone()).await;
+    assert_eq!(status, 200, "{reply}");
+    let streamed = proxy.session(json!({})).await;
+    let (status, raw, _) = proxy.chat_stream(&streamed, body).await;
+    assert_eq!(status, 200, "{raw}");
+    let tokens = |nodes: Vec<Value>| nodes[0]["tokens"].clone();
+    assert_eq!(
+        tokens(proxy.nodes(&whole).await),
+        tokens(proxy.nodes(&streamed).await),
+        "the same seed samples the same tokens streamed and whole"
+    );
+}
+
+/// A client that hangs up mid-stream aborts its request in vLLM: the server stops running
+/// it (its own `/metrics` says so) long before the 3,000 tokens it was asked for.
+async fn hang_up_aborts_in_vllm(server: &VllmServer, proxy: &Proxy) {
+    let uuid = proxy.session(json!({})).await;
+    let body = json!({"messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": 3000, "chat_template_kwargs": {"enable_thinking": false}});
+    let before = vllm_metric(server, "vllm:request_success_total", "abort").await;
+    proxy
+        .chat_stream_and_hang_up(&uuid, body, "\"content\"")
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let aborted = vllm_metric(server, "vllm:request_success_total", "abort").await;
+        let running = vllm_metric(server, "vllm:num_requests_running", "").await;
+        if aborted > before && running == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vLLM still runs the request ({running} running)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(proxy.nodes(&uuid).await.is_empty(), "nothing recorded");
+}
+
+/// The sum of the samples of `metric` in vLLM's `/metrics` whose labels contain `label`.
+async fn vllm_metric(server: &VllmServer, metric: &str, label: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// vLLM as users start it (`/v1/completions` with token-id prompts): every API, tools,
+/// samples, seeds and cancellation.
+#[tokio::test]
+async fn vllm_started_plainly() {
+    let server = VllmServer::start(&[]);
+    let proxy = proxy_for(&server);
+    let (_, servers) = proxy.get("/servers").await;
+    assert_eq!(servers["servers"][0]["model"], SERVED_NAME, "{servers}");
+    assert_eq!(servers["servers"][0]["context_length"], 4096);
+    assert_eq!(servers["servers"][0]["refused"], Value::Null);
+
+    let uuid = proxy.session(json!({})).await;
+    let replies = chat_rollout(&proxy, &uuid, 11).await;
+    assert_eq!(
+        replies[0]["model"], SERVED_NAME,
+        "the name the server serves"
+    );
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "three turns, one node");
+    assert_exact(&server, &nodes[0]).await;
+
+    samples_and_seeds(&server, &proxy).await;
+    other_apis(&server, &proxy).await;
+    forced_tool_calls(&server, &proxy).await;
+    hang_up_aborts_in_vllm(&server, &proxy).await;
+}
+
+/// vLLM with `--enable-scale-out`: tokens in and out through `/inference/v1/generate`, which
+/// also reports the weight version each sample was drawn from.
+#[tokio::test]
+async fn vllm_with_the_tokens_in_endpoint() {
+    let server = VllmServer::start(&["--enable-scale-out"]);
+    let proxy = proxy_for(&server);
+    let uuid = proxy.session(json!({})).await;
+    chat_rollout(&proxy, &uuid, 21).await;
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1);
+    assert_exact(&server, &nodes[0]).await;
+    for turn in nodes[0]["metadata"]["turns"].as_array().unwrap() {
+        assert_eq!(turn["weight_version"], "default", "{turn}");
+    }
+    samples_and_seeds(&server, &proxy).await;
+}
