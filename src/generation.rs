@@ -153,6 +153,19 @@ pub enum StopMatch {
     Text(String),
 }
 
+/// The weights a stretch of a sample was drawn from, when a sample spans a weight update (a
+/// server paused in place, its weights swapped, then resumed): tokens `start..end` of the
+/// sample came from `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WeightSpan {
+    /// The weight version the server reported.
+    pub version: String,
+    /// The first sampled token drawn from it.
+    pub start: u32,
+    /// One past the last.
+    pub end: u32,
+}
+
 /// One sampled continuation, exactly as the backend produced it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -166,8 +179,11 @@ pub struct Generation {
     pub finish_reason: FinishReason,
     /// What stopped it, when the backend says.
     pub stop: Option<StopMatch>,
-    /// Policy/weight version the backend reports (SGLang `weight_version`, vLLM's when set).
+    /// Policy/weight version the backend reports (SGLang `weight_version`, vLLM's when set):
+    /// the one the sample ended on.
     pub weight_version: Option<String>,
+    /// Every version the sample was drawn from, when it spanned more than one.
+    pub weight_spans: Vec<WeightSpan>,
     /// Prompt tokens the backend served from its prefix cache, when it says.
     pub cached_tokens: Option<u32>,
     /// The ids were not returned by the backend but re-tokenized from its text.
@@ -184,6 +200,7 @@ impl Generation {
             finish_reason,
             stop: None,
             weight_version: None,
+            weight_spans: Vec::new(),
             cached_tokens: None,
             approximate: false,
         }
@@ -210,6 +227,8 @@ pub enum StreamEvent {
         stop: Option<StopMatch>,
         /// The weight version the backend reports.
         weight_version: Option<String>,
+        /// Every version the sample was drawn from, when it spanned more than one.
+        weight_spans: Vec<WeightSpan>,
         /// Prompt tokens served from the prefix cache.
         cached_tokens: Option<u32>,
     },
@@ -234,11 +253,13 @@ impl Generation {
                 finish_reason,
                 stop,
                 weight_version,
+                weight_spans,
                 cached_tokens,
             } => {
                 self.finish_reason = finish_reason;
                 self.stop = stop;
                 self.weight_version = weight_version;
+                self.weight_spans = weight_spans;
                 self.cached_tokens = cached_tokens;
             }
         }
@@ -256,6 +277,7 @@ impl Generation {
                 finish_reason: self.finish_reason,
                 stop: self.stop,
                 weight_version: self.weight_version,
+                weight_spans: self.weight_spans,
                 cached_tokens: self.cached_tokens,
             },
         ]

@@ -330,7 +330,7 @@ fn grammar_cases() -> Vec<Value> {
             "accept": [paris, hermes(r#"{"city":"Paris","unit":"celsius"}"#),
                 hermes("{\n  \"city\": \"Paris\"\n}")],
             "reject": [hermes(r#"{"city": "Paris", "unit": "kelvin"}"#), hermes("{}"), time,
-                "It is sunny."]}),
+                "It is sunny.", hermes(&format!("{{\n{}\"city\": \"Paris\"}}", " ".repeat(21)))]}),
         json!({"name": "hermes, required, thinking", "grammar": grammar(required.clone(), "hermes", Reasoning::MayOpen),
             "accept": [format!("<think>a < b, </x></think>\n{paris}"), format!("{paris}\n{time}"),
                 time],

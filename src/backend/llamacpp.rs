@@ -200,6 +200,7 @@ impl LlamaCppBackend {
                     finish_reason: FinishReason::Stop,
                     stop: Some(StopMatch::Text(stop.clone())),
                     weight_version: None,
+                    weight_spans: Vec::new(),
                     cached_tokens: None,
                 });
             } else if chunk["stop"].as_bool() == Some(true) {
@@ -207,6 +208,7 @@ impl LlamaCppBackend {
                     finish_reason: finish_reason(chunk),
                     stop: stop_match(chunk, last_token),
                     weight_version: None,
+                    weight_spans: Vec::new(),
                     cached_tokens: chunk["tokens_cached"].as_u64().map(|n| n as u32),
                 });
             }

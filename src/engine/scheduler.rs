@@ -376,6 +376,7 @@ impl Scheduler<'_> {
                 finish_reason: reason,
                 stop,
                 weight_version: None,
+                weight_spans: Vec::new(),
                 cached_tokens: Some(active.cached as u32),
             }));
         }

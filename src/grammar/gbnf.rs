@@ -8,8 +8,10 @@ use std::fmt::Write;
 /// JSON's own rules, added to every grammar that needs one of them.
 const JSON_RULES: &[(&str, &str)] = &[
     // Written as an optional group: xgrammar (SGLang's and vLLM's) refuses an empty
-    // alternative, which llama.cpp allows.
-    ("ws", r#"( " " | "\n" [ \t]* )?"#),
+    // alternative, which llama.cpp allows. Indentation is bounded: with `[ \t]*` a model
+    // that drifts into whitespace (seen with a real vLLM) fills its whole budget with it and
+    // never writes the call.
+    ("ws", r#"( " " | "\n" [ \t]{0,20} )?"#),
     (
         "value",
         r#"object | array | string | number | "true" | "false" | "null""#,

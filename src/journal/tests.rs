@@ -38,6 +38,23 @@ fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
             finish_reason: FinishReason::Stop,
             stop: Some(crate::generation::StopMatch::Text("###".into())),
             weight_version: Some("v1".into()),
+            // Seeds 7 (the newest section alone) and 13 (after all the others): the sample
+            // spanned a weight update.
+            weight_spans: match seed == 7 || seed == 13 {
+                true => vec![
+                    crate::generation::WeightSpan {
+                        version: "v0".into(),
+                        start: 0,
+                        end: 1,
+                    },
+                    crate::generation::WeightSpan {
+                        version: "v1".into(),
+                        start: 1,
+                        end: 2,
+                    },
+                ],
+                false => Vec::new(),
+            },
             cached_tokens: Some(3),
             approximate: false,
             end_token_text: Some("<|im_end|>".into()),
@@ -87,7 +104,7 @@ fn snapshot(store: &SessionStore) -> Vec<(Uuid, String)> {
 
 #[test]
 fn entries_read_back_as_written() {
-    for seed in [7, 8, 9, 10, 11, 12] {
+    for seed in [7, 8, 9, 10, 11, 12, 13] {
         let entry = Entry::Committed {
             id: Uuid::new_v4(),
             record: turn(Some(2), seed),

@@ -75,6 +75,10 @@ pub struct TurnRecord {
     /// The weight version the backend reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<String>,
+    /// Every weight version the turn's sample was drawn from, with the sampled tokens each
+    /// produced (offsets from `completion_start`), when it spanned a weight update.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub weight_versions: Vec<crate::generation::WeightSpan>,
     /// The backend that sampled this turn (shared with the pool: one string per backend).
     pub backend: Arc<str>,
     /// Prompt tokens the backend served from its prefix cache, when it says.

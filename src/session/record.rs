@@ -10,7 +10,7 @@ use super::{
     CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
     SessionState, TurnRecord,
 };
-use crate::generation::{FinishReason, Generation, StopMatch};
+use crate::generation::{FinishReason, Generation, StopMatch, WeightSpan};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -76,6 +76,8 @@ pub struct RecordedChoice {
     pub stop: Option<StopMatch>,
     /// The weight version the backend reported.
     pub weight_version: Option<String>,
+    /// Every version the sample was drawn from, when it spanned more than one.
+    pub weight_spans: Vec<WeightSpan>,
     /// Prompt tokens served from the backend's prefix cache.
     pub cached_tokens: Option<u32>,
     /// The ids were re-tokenized from text.
@@ -100,6 +102,7 @@ impl RecordedChoice {
             finish_reason: self.finish_reason,
             stop: self.stop.clone(),
             weight_version: self.weight_version.clone(),
+            weight_spans: self.weight_spans.clone(),
             cached_tokens: self.cached_tokens,
             approximate: self.approximate,
         }
@@ -210,6 +213,7 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
             finish_reason: choice.finish_reason.as_str(),
             stop: choice.stop.clone(),
             weight_version: choice.weight_version.clone(),
+            weight_versions: choice.weight_spans.clone(),
             backend: choice.backend.clone(),
             cached_tokens: choice.cached_tokens,
             approximate: choice.approximate,

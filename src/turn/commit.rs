@@ -26,6 +26,7 @@ impl CommitRecord {
                     finish_reason: generation.finish_reason,
                     stop: generation.stop.clone(),
                     weight_version: generation.weight_version.clone(),
+                    weight_spans: generation.weight_spans.clone(),
                     cached_tokens: generation.cached_tokens,
                     approximate: generation.approximate,
                     end_token_text: choice.reply.end_token_text.clone(),

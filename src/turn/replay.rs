@@ -32,6 +32,7 @@ pub(super) fn streams(turn: &CommittedTurn) -> Vec<(EventStream, Arc<str>)> {
                 finish_reason: generation.finish_reason,
                 stop: generation.stop,
                 weight_version: generation.weight_version,
+                weight_spans: generation.weight_spans,
                 cached_tokens: generation.cached_tokens,
             };
             let tokens = generation.token_ids.into_iter().zip(generation.logprobs);

@@ -249,6 +249,7 @@ mod tests {
             finish_reason: "stop",
             stop: None,
             weight_version: None,
+            weight_versions: Vec::new(),
             backend: "http://b".into(),
             cached_tokens: None,
             approximate: false,

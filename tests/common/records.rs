@@ -39,6 +39,7 @@ pub fn synthetic_turn(
             finish_reason: FinishReason::Stop,
             stop: None,
             weight_version: None,
+            weight_spans: Vec::new(),
             cached_tokens: Some(prompt as u32),
             approximate: false,
             end_token_text: Some("<|im_end|>".into()),

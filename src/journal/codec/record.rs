@@ -1,9 +1,9 @@
 //! A committed turn ([`CommitRecord`]) in the journal's binary form, both ways. Fields added
-//! after the first version (the key, healed calls, echo keys and echoed calls) are written
-//! last, in that order, so that a record written before each still reads.
+//! after the first version (the key, healed calls, echo keys and echoed calls, weight spans)
+//! are written last, in that order, so that a record written before each still reads.
 
 use super::{Corrupt, Reader, Writer, intern};
-use crate::generation::{FinishReason, StopMatch};
+use crate::generation::{FinishReason, StopMatch, WeightSpan};
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Divergence, HistoryEntry, IssuedToolCall, RecordedChoice};
 use crate::session::{EchoChange, EchoKey, Start, TurnLabels};
@@ -101,7 +101,8 @@ impl Writer<'_> {
                 calls.filter_map(move |(i, call)| Some((c, i, call.echo.as_ref()?)))
             })
             .collect();
-        let echoes = !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
+        let spans = record.choices.iter().any(|c| !c.weight_spans.is_empty());
+        let echoes = spans || !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
         if record.key.is_some() || !healed.is_empty() || echoes {
             let key = record.key.as_ref();
             self.str(key.map_or("", |k| k.key.as_str()));
@@ -131,6 +132,17 @@ impl Writer<'_> {
                 self.str(&echoed.id);
                 self.str(echoed.change);
                 self.strings(&echoed.keys);
+            }
+        }
+        // After the echoes, so records written before samples spanned weight updates read.
+        if spans {
+            for choice in &record.choices {
+                self.u32(choice.weight_spans.len() as u32);
+                for span in &choice.weight_spans {
+                    self.str(&span.version);
+                    self.u32(span.start);
+                    self.u32(span.end);
+                }
             }
         }
     }
@@ -217,6 +229,19 @@ impl Reader<'_> {
                 });
             }
         }
+        if !self.bytes.is_empty() {
+            for choice in &mut choices {
+                choice.weight_spans = (0..self.len(12)?)
+                    .map(|_| {
+                        Ok(WeightSpan {
+                            version: self.string()?,
+                            start: self.u32()?,
+                            end: self.u32()?,
+                        })
+                    })
+                    .collect::<Result<_, Corrupt>>()?;
+            }
+        }
         Ok(CommitRecord {
             start,
             new_prompt,
@@ -258,6 +283,7 @@ impl Reader<'_> {
             finish_reason,
             stop,
             weight_version: self.opt_string()?,
+            weight_spans: Vec::new(),
             cached_tokens: self.opt_u32()?,
             approximate: self.bool()?,
             end_token_text: self.opt_string()?,
