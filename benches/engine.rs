@@ -48,6 +48,7 @@ async fn timed(
         },
         n: 1,
         session: None,
+        adapter: None,
     };
     let start = Instant::now();
     let mut events = backend

@@ -60,6 +60,7 @@ fn request() -> GenerateRequest {
         params: SamplingParams::default(),
         n: 1,
         session: None,
+        adapter: None,
     }
 }
 

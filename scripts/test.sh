@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs the build dependencies of llama.cpp if missing, fetches
 # the pinned tokenizers, templates and SmolLM2 GGUF, builds the pinned llama-server and
-# installs the pinned agent clients, Harbor's validator and the browser test's driver (all
-# cached outside the clone), prints the chat-template conformance
+# installs the pinned agent clients, Harbor's validator, the browser test's driver and vLLM's
+# CPU build (all cached outside the clone), prints the chat-template conformance
 # count, then runs every test and ends with one "N passed, N failed" line (also kept in
 # target/test-summary.txt).
 set -euo pipefail
@@ -25,6 +25,10 @@ export TRANSFORMERS_PYTHON
 # tests/constrained.rs checks every grammar it writes with xgrammar (SGLang's and vLLM's).
 eval "$(scripts/install-xgrammar.sh)"
 export XGRAMMAR_PYTHON
+# tests/vllm_live.rs puts a real vLLM (its CPU build, serving a tiny random-weight Qwen3)
+# behind the proxy.
+eval "$(scripts/install-vllm.sh)"
+export VLLM_PYTHON VLLM_MODEL
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE

@@ -118,6 +118,9 @@ pub struct GenerateRequest {
     /// The session the request continues: its id goes in the headers routers hash for
     /// session affinity (vLLM's `X-Session-ID`, the SGLang gateway's `X-SMG-Routing-Key`).
     pub session: Option<std::sync::Arc<str>>,
+    /// The LoRA adapter to sample with, by the name the server serves it under (the session's
+    /// `adapter`).
+    pub adapter: Option<std::sync::Arc<str>>,
 }
 
 /// Why a sample ended.
@@ -203,6 +206,35 @@ impl Generation {
             weight_spans: Vec::new(),
             cached_tokens: None,
             approximate: false,
+        }
+    }
+}
+
+impl Generation {
+    /// Takes the weight versions a server reports as spans of the sample
+    /// (`[{"version", "start", "end"}]`, vLLM's and SGLang's `weight_versions`): the version it
+    /// ended on, and every span when there are several. Anything else leaves both as they are.
+    pub fn set_weight_spans(&mut self, spans: &serde_json::Value) {
+        let Some(list) = spans.as_array() else {
+            return;
+        };
+        let mut spans: Vec<WeightSpan> = list
+            .iter()
+            .filter_map(|span| {
+                Some(WeightSpan {
+                    version: span["version"].as_str()?.to_string(),
+                    start: u32::try_from(span["start"].as_u64()?).ok()?,
+                    end: u32::try_from(span["end"].as_u64()?).ok()?,
+                })
+            })
+            .collect();
+        spans.sort_by_key(|span| span.start);
+        let Some(last) = spans.last() else {
+            return;
+        };
+        self.weight_version = Some(last.version.clone());
+        if spans.len() > 1 {
+            self.weight_spans = spans;
         }
     }
 }

@@ -98,7 +98,8 @@ struct ServeArgs {
     /// Wire protocol of the --backend servers.
     #[arg(long, value_parser = parse_kind, default_value = "vllm")]
     backend_type: BackendKind,
-    /// Model name reported by the API and sent to vLLM.
+    /// Model name reported by the API and sent to vLLM (default: the model the server says it
+    /// serves, else the tokenizer folder's name).
     #[arg(long)]
     model_name: Option<String>,
     /// max_tokens for requests that set none.

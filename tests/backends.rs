@@ -172,6 +172,91 @@ async fn a_server_with_another_tokenizer_is_refused() {
     assert!(proxy.nodes(&uuid).await.is_empty());
 }
 
+/// A session may name a LoRA adapter: vLLM gets it as the model (both endpoints), SGLang as
+/// `lora_path`, and each turn records it. A server that loads no adapters by name, or a bad
+/// name, is refused at create.
+#[tokio::test]
+async fn a_session_samples_with_its_lora_adapter() {
+    for wire in [Wire::Vllm, Wire::VllmGenerate, Wire::Sglang] {
+        let proxy = Proxy::start(char_model_dir(), None, wire);
+        let (status, created) = proxy
+            .post("/sessions/create", json!({"adapter": "math-lora"}))
+            .await;
+        assert_eq!(status, 200, "{created}");
+        assert_eq!(created["adapter"], "math-lora");
+        let uuid = created["uuid"].as_str().unwrap();
+        let messages = json!([{"role": "user", "content": "hi"}]);
+        let (status, data) = proxy
+            .turn(
+                uuid,
+                Sample::stop(chars("ok")),
+                json!({"messages": messages}),
+            )
+            .await;
+        assert_eq!(status, 200, "{data}");
+        let sent = &proxy.worker.requests()[0];
+        let named = match wire {
+            Wire::Sglang => &sent["lora_path"],
+            _ => &sent["model"],
+        };
+        assert_eq!(named, "math-lora", "{wire:?}: {sent}");
+        let turn = &proxy.nodes(uuid).await[0]["metadata"]["turns"][0];
+        assert_eq!(turn["adapter"], "math-lora", "{turn}");
+        // Sessions without one name the served model, and record none.
+        let plain = proxy.session(json!({})).await;
+        proxy
+            .turn(
+                &plain,
+                Sample::stop(chars("ok")),
+                json!({"messages": messages}),
+            )
+            .await;
+        let sent = proxy.worker.requests().pop().unwrap();
+        assert!(sent.get("lora_path").is_none(), "{sent}");
+        assert_ne!(sent["model"], "math-lora", "{sent}");
+        assert!(
+            proxy.nodes(&plain).await[0]["metadata"]["turns"][0]
+                .get("adapter")
+                .is_none()
+        );
+    }
+
+    let proxy = Proxy::start(char_model_dir(), None, Wire::Vllm);
+    for bad in [json!(""), json!("x".repeat(257)), json!("a\nb"), json!(7)] {
+        let (status, body) = proxy
+            .post("/sessions/create", json!({"adapter": bad}))
+            .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_openai_error(&body);
+    }
+    let worker = MockWorker::start(Wire::Sglang);
+    let url = worker.url.clone();
+    let llama = Proxy::start_with(char_model_dir(), None, worker, move |settings| {
+        settings.backends.clear();
+        settings.config.servers = vec![rollout_proxy::backend::BackendConfig::new(
+            &url,
+            rollout_proxy::backend::BackendKind::Llamacpp,
+        )];
+    });
+    let (status, body) = llama
+        .post("/sessions/create", json!({"adapter": "math-lora"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Llamacpp"),
+        "{body}"
+    );
+    let (_, sessions) = llama.get("/sessions").await;
+    assert_eq!(
+        sessions["sessions"],
+        json!([]),
+        "a refused create leaves no session"
+    );
+}
+
 /// A text-only OpenAI backend: the prompt goes as text, the reply is re-tokenized and the turn
 /// is marked approximate.
 #[tokio::test]

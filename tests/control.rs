@@ -153,6 +153,32 @@ async fn abort_drops_the_backend_request_and_leaves_the_session_as_it_was() {
     assert_eq!(status, 200);
 }
 
+/// `"in_flight": "keep"` asks each backend to freeze its requests in place; one without such a
+/// control (a vLLM started without `VLLM_SERVER_DEV_MODE`) says so, and the proxy's own pause
+/// still holds new turns. A bad `in_flight` is refused and changes nothing.
+#[tokio::test]
+async fn a_pause_that_keeps_turns_in_flight_asks_the_backends() {
+    let proxy = Proxy::start(char_model_dir(), None, Wire::Vllm);
+    let (status, body) = proxy.post("/pause", json!({"in_flight": "freeze"})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(proxy.get("/health").await.1["paused"], Value::Null);
+    let (status, body) = proxy.post("/pause", json!({"in_flight": "keep"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["paused"]["in_flight"], "keep");
+    let url = proxy.worker.url.clone();
+    assert_eq!(body["backends"], json!([{"base_url": url, "held": false}]));
+    let (status, body) = proxy.post("/resume", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["backends"],
+        json!([{"base_url": url, "released": false}])
+    );
+    // A plain pause and resume leave the backends alone.
+    proxy.post("/pause", json!({})).await;
+    let (_, body) = proxy.post("/resume", json!({})).await;
+    assert_eq!(body["backends"], json!([]));
+}
+
 #[tokio::test]
 async fn the_announced_weight_version_is_recorded_where_the_backend_reports_none() {
     // vLLM's completions report no weight version.
@@ -162,6 +188,8 @@ async fn the_announced_weight_version_is_recorded_where_the_backend_reports_none
         .post("/weight_version", json!({"weight_version": "step-700"}))
         .await;
     assert_eq!(status, 200, "{body}");
+    // A vLLM without its dev-mode routes stamps no versions itself: it says so.
+    assert_eq!(body["backends"][0]["weight_version"], false, "{body}");
     assert_eq!(proxy.get("/health").await.1["weight_version"], "step-700");
     proxy
         .turn(&uuid, Sample::stop(chars("one")), turn_body())

@@ -27,6 +27,29 @@ pub use vllm::VllmBackend;
 use crate::generation::{FinishReason, GenerateRequest, Generation, StreamEvent};
 use async_trait::async_trait;
 
+/// What the RL control plane asks of a server's own scheduler around a weight update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Freeze: requests in flight stop where they are, keeping their KV cache, and new ones
+    /// queue (vLLM's `POST /pause?mode=keep&clear_cache=false`).
+    Hold,
+    /// Go on after a hold (`POST /resume`).
+    Release,
+    /// Stamp this weight version on what is sampled from now on (`POST /update_weight_version`).
+    WeightVersion(String),
+}
+
+impl Control {
+    /// What the action is called in replies (`held`, `released`, `weight_version`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Control::Hold => "held",
+            Control::Release => "released",
+            Control::WeightVersion(_) => "weight_version",
+        }
+    }
+}
+
 /// Events of one streamed sample; dropping it cancels the backend request.
 pub type EventStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<StreamEvent, BackendError>> + Send>>;
@@ -65,6 +88,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// added), when it has a route that says.
     async fn tokenize(&self, _text: &str) -> Result<Option<Vec<u32>>, BackendError> {
         Ok(None)
+    }
+    /// Acts on the server's own scheduler for the RL control plane (`/pause`, `/resume`,
+    /// `/weight_version`); `Ok(false)` when the server has no such control (the default).
+    async fn control(&self, _action: &Control) -> Result<bool, BackendError> {
+        Ok(false)
     }
     /// Counters of its own that `GET /servers` shows (the in-process engine's), if any.
     fn stats(&self) -> Option<serde_json::Value> {

@@ -41,7 +41,8 @@ impl OpenAiTextBackend {
     fn body(&self, request: &GenerateRequest) -> Value {
         let p = &request.params;
         let mut body = json!({
-            "model": self.model,
+            // A LoRA adapter (or a fine-tune) is chosen by naming it as the model.
+            "model": request.adapter.as_deref().unwrap_or(&self.model),
             "prompt": self.tokenizer.decode(&request.prompt),
             "n": request.n,
         });

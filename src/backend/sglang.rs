@@ -55,6 +55,7 @@ impl SglangBackend {
             top_logprobs_num: p.top_logprobs.unwrap_or(0),
             return_text_in_logprobs: false,
             stream,
+            lora_path: request.adapter.as_deref(),
         };
         IdsBody::new("input_ids", &request.prompt, fields)
     }
@@ -115,6 +116,7 @@ impl SglangBackend {
         generation.top_logprobs = top_logprobs;
         generation.stop = stop;
         generation.weight_version = meta.weight_version.as_str().map(str::to_string);
+        generation.set_weight_spans(&meta.weight_versions);
         generation.cached_tokens = meta.cached_tokens.as_u64().map(|n| n as u32);
         Ok(generation)
     }
@@ -130,6 +132,9 @@ struct GenerateFields<'r> {
     top_logprobs_num: u32,
     return_text_in_logprobs: bool,
     stream: bool,
+    /// The LoRA adapter, by the name the server loaded it under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lora_path: Option<&'r str>,
 }
 
 /// SGLang's `SamplingParams`; absent ones keep the server's default.
@@ -200,6 +205,9 @@ struct Meta {
     output_top_logprobs: Option<Vec<Option<Vec<TokenLogprob>>>>,
     #[serde(default)]
     weight_version: Value,
+    /// `[{"version", "start", "end"}]` over the sample (SGLang 0.5.23 on).
+    #[serde(default)]
+    weight_versions: Value,
     #[serde(default)]
     cached_tokens: Value,
 }
@@ -412,6 +420,7 @@ mod tests {
             params: SamplingParams::default(),
             n: 1,
             session: None,
+            adapter: None,
         };
         let body = |request: &GenerateRequest, stream| {
             let bytes = SglangBackend::body(request, stream).to_json();

@@ -3,7 +3,7 @@
 
 use super::describe::{ServedModel, token_ids};
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
-use super::{Backend, BackendError, EventStream, ServerInfo};
+use super::{Backend, BackendError, Control, EventStream, ServerInfo};
 use crate::generation::{
     Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
 };
@@ -98,6 +98,14 @@ impl VllmBackend {
         self.model.name(&self.http, &self.root).await
     }
 
+    /// The model `request` names: its LoRA adapter, else the served model.
+    async fn model_name_for(&self, request: &GenerateRequest) -> String {
+        match &request.adapter {
+            Some(adapter) => adapter.to_string(),
+            None => self.model_name().await,
+        }
+    }
+
     /// Sampling fields shared by both endpoints (vLLM's `SamplingParams` names).
     fn sampling(request: &GenerateRequest, target: &mut Value) {
         let p = &request.params;
@@ -142,7 +150,11 @@ impl VllmBackend {
             "skip_special_tokens": false,
         });
         Self::sampling(request, &mut sampling);
-        let rest = json!({"sampling_params": sampling, "stream": false});
+        let mut rest = json!({"sampling_params": sampling, "stream": false});
+        // A LoRA adapter is chosen by naming it as the model.
+        if let Some(adapter) = &request.adapter {
+            rest["model"] = json!(adapter);
+        }
         IdsBody::new("token_ids", &request.prompt, rest)
     }
 
@@ -223,7 +235,7 @@ impl VllmBackend {
                 .collect()
         });
         let mut generation = Self::finish(http, choice, token_ids, values, top_logprobs)?;
-        generation.weight_version = last_weight_version(&choice["weight_versions"]);
+        generation.set_weight_spans(&choice["weight_versions"]);
         Ok(generation)
     }
 
@@ -258,17 +270,6 @@ impl VllmBackend {
     }
 }
 
-/// The version of the last span of a `weight_versions` list (`[{"version","start","end"}]`):
-/// the weights the sample ended on.
-fn last_weight_version(spans: &Value) -> Option<String> {
-    spans
-        .as_array()?
-        .iter()
-        .max_by_key(|span| span["end"].as_u64().unwrap_or(0))?["version"]
-        .as_str()
-        .map(str::to_string)
-}
-
 /// `"token_id:123"` → 123.
 fn parse_token_key(key: &str) -> Option<u32> {
     key.strip_prefix("token_id:")?.parse().ok()
@@ -296,7 +297,7 @@ impl Backend for VllmBackend {
                         .await
                 }
                 Endpoint::Completions => {
-                    let body = Self::completions_body(&self.model_name().await, request);
+                    let body = Self::completions_body(&self.model_name_for(request).await, request);
                     self.http
                         .post(&self.root, COMPLETIONS_PATH, &body, session)
                         .await
@@ -346,7 +347,7 @@ impl Backend for VllmBackend {
                 Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
                 Endpoint::Completions => (
                     COMPLETIONS_PATH,
-                    Self::completions_body(&self.model_name().await, request),
+                    Self::completions_body(&self.model_name_for(request).await, request),
                 ),
             };
             body["stream"] = json!(true);
@@ -386,6 +387,24 @@ impl Backend for VllmBackend {
 
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
+    }
+
+    /// vLLM's dev-mode routes (`VLLM_SERVER_DEV_MODE=1`); a server without them answers 404.
+    async fn control(&self, action: &Control) -> Result<bool, BackendError> {
+        let (path, body) = match action {
+            // `clear_cache=false`: a hold that dropped the KV cache would recompute every
+            // frozen request's prompt on resume.
+            Control::Hold => ("/pause?mode=keep&clear_cache=false", json!({})),
+            Control::Release => ("/resume", json!({})),
+            Control::WeightVersion(version) => {
+                ("/update_weight_version", json!({"new_version": version}))
+            }
+        };
+        match self.http.post::<Value>(&self.root, path, &body, None).await {
+            Ok(_) => Ok(true),
+            Err(BackendError::Status { status: 404, .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn describe(&self) -> Result<ServerInfo, BackendError> {
@@ -454,6 +473,7 @@ mod tests {
             },
             n: 2,
             session: None,
+            adapter: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -485,6 +505,7 @@ mod tests {
             },
             n: 1,
             session: None,
+            adapter: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -502,17 +523,32 @@ mod tests {
         );
     }
 
+    /// A choice as vLLM 0.32 writes it (from a real server's reply), its sample drawn from two
+    /// weight versions (paused in place, weights updated, resumed).
     #[test]
     fn reads_generate_endpoint_choices() {
-        let choice = json!({"index": 0, "finish_reason": "length", "token_ids": [12095, 151645],
+        let choice = json!({"index": 0, "finish_reason": "length", "stop_reason": null,
+            "token_ids": [12095, 151645], "routed_experts": null, "sampling_mask": null,
+            "weight_versions": [{"version": "v2", "start": 1, "end": 2}, {"version": "default", "start": 0, "end": 1}],
             "logprobs": {"content": [
-                {"token": "token_id:12095", "logprob": -0.12, "bytes": null,
-                 "top_logprobs": [{"token": "token_id:12095", "logprob": -0.12, "bytes": null}]},
-                {"token": "token_id:151645", "logprob": -0.01, "bytes": null, "top_logprobs": []}]}});
+                {"token_id": 12095, "logprob": -0.12, "rank": 1,
+                 "top_logprobs": [{"token_id": 12095, "logprob": -0.12, "rank": 1}]},
+                {"token_id": 151645, "logprob": -0.01, "rank": 1, "top_logprobs": []}]}});
         let g = VllmBackend::parse_generate_choice(&backend().http, &choice, true).unwrap();
         assert_eq!(g.token_ids, vec![12095, 151645]);
         assert_eq!(g.logprobs, vec![-0.12, -0.01]);
         assert_eq!(g.finish_reason, FinishReason::Length);
         assert_eq!(g.top_logprobs.unwrap()[0], vec![(12095, -0.12)]);
+        assert_eq!(
+            g.weight_version.as_deref(),
+            Some("v2"),
+            "the version it ended on"
+        );
+        let spans: Vec<_> = g
+            .weight_spans
+            .iter()
+            .map(|s| (s.version.as_str(), s.start, s.end))
+            .collect();
+        assert_eq!(spans, vec![("default", 0, 1), ("v2", 1, 2)]);
     }
 }

@@ -3,7 +3,8 @@
 
 use super::body::{parse_json, read_body};
 use super::{ApiError, AppState};
-use crate::turn::gate::{Pause, PauseMode};
+use crate::backend::Control;
+use crate::turn::gate::{InFlight, Pause, PauseMode};
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
@@ -13,12 +14,15 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 struct PauseBody {
     mode: Option<PauseMode>,
+    in_flight: Option<InFlight>,
     reason: Option<String>,
 }
 
 /// `POST /pause`: new turns wait (or, with `"mode": "reject"`, get a 429 with `Retry-After`);
-/// turns already at a backend finish. The reply says how many are at a backend, so a trainer
-/// can wait for zero before it swaps weights (held turns are under way, not at a backend).
+/// turns already at a backend finish, or with `"in_flight": "keep"` are frozen in place by
+/// every backend that can (vLLM's dev-mode pause). The reply says how many are at a backend,
+/// so a trainer can wait for zero before it swaps weights (held turns are under way, not at a
+/// backend), and what each backend did.
 pub async fn pause(
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -30,23 +34,34 @@ pub async fn pause(
     };
     let pause = Pause {
         mode: body.mode.unwrap_or(PauseMode::Wait),
+        in_flight: body.in_flight.unwrap_or_default(),
         reason: body.reason,
         since: crate::session::now_seconds(),
     };
-    tracing::info!(mode = ?pause.mode, reason = ?pause.reason, "paused");
+    tracing::info!(mode = ?pause.mode, in_flight = ?pause.in_flight, reason = ?pause.reason, "paused");
     state.pipeline.gate.pause(pause.clone());
+    let backends = match pause.in_flight {
+        InFlight::Keep => state.pipeline.backends.control(&Control::Hold).await,
+        InFlight::Finish => Vec::new(),
+    };
     Ok(HttpResponse::Ok().json(json!({
         "paused": pause,
         "turns_under_way": state.pipeline.turns_under_way(),
         "turns_at_backend": state.pipeline.gate.turns_at_backend(),
+        "backends": backends,
     })))
 }
 
-/// `POST /resume`: waiting turns go on.
+/// `POST /resume`: waiting turns go on, and backends a pause froze go on too.
 pub async fn resume(state: web::Data<AppState>) -> HttpResponse {
     let was = state.pipeline.gate.resume();
     tracing::info!(was_paused = was.is_some(), "resumed");
-    HttpResponse::Ok().json(json!({"resumed": was.is_some(), "was": was}))
+    let held = was.as_ref().is_some_and(|p| p.in_flight == InFlight::Keep);
+    let backends = match held {
+        true => state.pipeline.backends.control(&Control::Release).await,
+        false => Vec::new(),
+    };
+    HttpResponse::Ok().json(json!({"resumed": was.is_some(), "was": was, "backends": backends}))
 }
 
 /// `POST /weight_version`'s body.
@@ -57,7 +72,8 @@ struct WeightVersionBody {
 }
 
 /// `POST /weight_version`: `{"weight_version": "v7"}` is recorded on the turns sampled from now
-/// on whose backend reports no version (`null` stops it).
+/// on whose backend reports no version (`null` stops it), and passed to every backend that
+/// stamps versions on what it samples (vLLM's dev-mode `/update_weight_version`).
 pub async fn weight_version(
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -68,7 +84,15 @@ pub async fn weight_version(
         .pipeline
         .gate
         .set_weight_version(body.weight_version.clone());
-    Ok(HttpResponse::Ok().json(json!({"weight_version": body.weight_version})))
+    let backends = match &body.weight_version {
+        Some(version) => {
+            let action = Control::WeightVersion(version.clone());
+            state.pipeline.backends.control(&action).await
+        }
+        None => Vec::new(),
+    };
+    Ok(HttpResponse::Ok()
+        .json(json!({"weight_version": body.weight_version, "backends": backends})))
 }
 
 /// `POST /{uuid}/abort`: the session's turn at the backend (if any) is cancelled: its request

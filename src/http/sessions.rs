@@ -21,7 +21,12 @@ pub struct CreateBody {
     history: HistoryMode,
     #[serde(default)]
     reasoning: bool,
+    #[serde(default)]
+    adapter: Option<String>,
 }
+
+/// Longest LoRA adapter name a session may give.
+const MAX_ADAPTER_NAME: usize = 256;
 
 pub async fn create(
     state: web::Data<AppState>,
@@ -41,6 +46,20 @@ pub async fn create(
             "base_url {url} is not a configured backend"
         )));
     }
+    if let Some(adapter) = &body.adapter {
+        if adapter.is_empty()
+            || adapter.len() > MAX_ADAPTER_NAME
+            || adapter.chars().any(char::is_control)
+        {
+            return Err(ApiError::bad_request(format!(
+                "adapter must be a name of 1 to {MAX_ADAPTER_NAME} bytes without control characters"
+            )));
+        }
+        let route = body.base_url.as_deref();
+        if let Some(refusal) = state.pipeline.backends.adapter_refusal(route) {
+            return Err(ApiError::bad_request(refusal));
+        }
+    }
     let session = state
         .sessions
         .create(SessionOptions {
@@ -49,6 +68,7 @@ pub async fn create(
             base_url: body.base_url,
             history: body.history,
             reasoning: body.reasoning,
+            adapter: body.adapter.map(std::sync::Arc::from),
         })
         .map_err(|full| {
             ApiError::new(
@@ -70,6 +90,7 @@ pub async fn create(
         "track_tree": session.options.track_tree,
         "history": session.options.history,
         "reasoning": session.options.reasoning,
+        "adapter": session.options.adapter,
         "created_at": session.created_at,
     })))
 }

@@ -117,6 +117,23 @@ fn entries_read_back_as_written() {
 }
 
 #[test]
+fn sessions_read_back_with_and_without_an_adapter() {
+    for adapter in [None, Some(std::sync::Arc::from("math-lora"))] {
+        let entry = Entry::Created {
+            id: Uuid::new_v4(),
+            options: SessionOptions {
+                adapter,
+                ..Default::default()
+            },
+            created_at: 1.5,
+        };
+        let mut bytes = Vec::new();
+        codec::encode(&entry, &mut bytes);
+        assert_eq!(codec::decode(&bytes).unwrap(), entry);
+    }
+}
+
+#[test]
 fn compacting_at_run_time_keeps_every_live_session_and_appends_after_it() {
     // Under the build's folder, like the integration tests' files.
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

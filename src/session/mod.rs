@@ -54,6 +54,9 @@ pub struct SessionOptions {
     pub history: HistoryMode,
     /// Return `<think>` blocks as `reasoning_content`.
     pub reasoning: bool,
+    /// Sample with this LoRA adapter (the name the servers serve it under).
+    #[serde(default)]
+    pub adapter: Option<Arc<str>>,
 }
 
 /// The mutable part of a session, behind its mutex.

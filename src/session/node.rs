@@ -81,6 +81,9 @@ pub struct TurnRecord {
     pub weight_versions: Vec<crate::generation::WeightSpan>,
     /// The backend that sampled this turn (shared with the pool: one string per backend).
     pub backend: Arc<str>,
+    /// The LoRA adapter it was sampled with (the session's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<Arc<str>>,
     /// Prompt tokens the backend served from its prefix cache, when it says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u32>,

@@ -115,6 +115,13 @@ impl Session {
     pub fn apply(&self, state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         let issued_before = state.issued_calls;
         let nodes = apply(state, record);
+        if let Some(adapter) = &self.options.adapter {
+            for &node in &nodes {
+                if let Some(turn) = state.nodes[node].turns.last_mut() {
+                    turn.adapter = Some(adapter.clone());
+                }
+            }
+        }
         self.set_num_nodes(state.nodes.len());
         if let Some(key) = &record.key {
             let turn = CommittedTurn {
@@ -215,6 +222,7 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
             weight_version: choice.weight_version.clone(),
             weight_versions: choice.weight_spans.clone(),
             backend: choice.backend.clone(),
+            adapter: None,
             cached_tokens: choice.cached_tokens,
             approximate: choice.approximate,
             nudge: record.labels.nudge,

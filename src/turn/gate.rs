@@ -19,11 +19,25 @@ pub enum PauseMode {
     Reject,
 }
 
+/// What turns already at a backend do while paused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InFlight {
+    /// They finish (a trainer waits for `turns_at_backend` to reach 0).
+    #[default]
+    Finish,
+    /// Each backend that can freezes them where they are, their KV cache kept, until the
+    /// resume: the weights can change under them (their samples then span both versions).
+    Keep,
+}
+
 /// A pause in force.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pause {
     /// What new turns do.
     pub mode: PauseMode,
+    /// What turns at a backend do.
+    pub in_flight: InFlight,
     /// Why, as the operator said.
     pub reason: Option<String>,
     /// Since when, seconds since the epoch.
@@ -125,6 +139,7 @@ mod tests {
     fn pause(mode: PauseMode) -> Pause {
         Pause {
             mode,
+            in_flight: InFlight::Finish,
             reason: Some("weights".into()),
             since: 0.0,
         }

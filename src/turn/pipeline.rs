@@ -448,6 +448,7 @@ impl Pipeline {
             params,
             n,
             session: Some(session.id.to_string().into()),
+            adapter: session.options.adapter.clone(),
         };
         let previous = session.backend();
         let mut aborted = session.abort_signal();

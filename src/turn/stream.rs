@@ -201,6 +201,7 @@ impl Pipeline {
                     params,
                     n: 1,
                     session: Some(id.clone()),
+                    adapter: session.options.adapter.clone(),
                 }
             })
             .collect();

@@ -250,6 +250,7 @@ mod tests {
             stop: None,
             weight_version: None,
             weight_versions: Vec::new(),
+            adapter: None,
             backend: "http://b".into(),
             cached_tokens: None,
             approximate: false,

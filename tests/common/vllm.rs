@@ -40,6 +40,7 @@ impl VllmServer {
             // sized apart below.
             .args(["--gpu-memory-utilization", "0.1", "--dtype", "bfloat16"])
             .args(args)
+            .args(lora(args, &model))
             .env("VLLM_SERVER_DEV_MODE", "1")
             .env("VLLM_CPU_KVCACHE_SPACE", "1")
             .env("HF_HUB_OFFLINE", "1")
@@ -50,7 +51,7 @@ impl VllmServer {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let server = Self {
+        let mut server = Self {
             port,
             model,
             child,
@@ -64,9 +65,9 @@ impl VllmServer {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(600);
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && self.child.try_wait().unwrap().is_none() {
             if super::answers_ok(self.port, "/health") {
                 return;
             }
@@ -75,10 +76,22 @@ impl VllmServer {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
-            "vLLM on port {} did not start; its log ends:\n{}",
+            "vLLM on port {} did not start ({:?}); its log ends:\n{}",
             self.port,
+            self.child.try_wait(),
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
+    }
+}
+
+/// With `--enable-lora`, the tiny model's random adapter served as `tiny-lora`.
+fn lora(args: &[&str], model: &std::path::Path) -> Vec<String> {
+    match args.contains(&"--enable-lora") {
+        true => vec![
+            "--lora-modules".into(),
+            format!("tiny-lora={}", model.join("lora").display()),
+        ],
+        false => Vec::new(),
     }
 }
 

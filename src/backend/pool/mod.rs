@@ -16,7 +16,9 @@ mod member;
 pub use member::Member;
 use member::Reserve;
 
-use super::{BackendConfig, BackendError, EventStream, PoolSettings, Probe, ServerInfo};
+use super::{
+    BackendConfig, BackendError, BackendKind, Control, EventStream, PoolSettings, Probe, ServerInfo,
+};
 use crate::generation::{GenerateRequest, Generation};
 use crate::metrics::{Metrics, Stage};
 use futures::StreamExt;
@@ -127,6 +129,25 @@ impl Pool {
         let _ = tokio::time::timeout(within, futures::future::join_all(asked)).await;
     }
 
+    /// Asks every backend's own scheduler to `action`; per backend, whether it did (`true`),
+    /// has no such control (`false`), or failed (the error).
+    pub async fn control(&self, action: &Control) -> Vec<serde_json::Value> {
+        let members = self.members();
+        let asked = members.iter().map(|m| async move {
+            let done = m.client.control(action).await;
+            let mut entry = serde_json::json!({"base_url": m.base_url()});
+            match done {
+                Ok(done) => entry[action.name()] = done.into(),
+                Err(error) => {
+                    tracing::warn!(backend = %m.base_url(), %error, action = action.name(), "backend control failed");
+                    entry["error"] = error.to_string().into();
+                }
+            }
+            entry
+        });
+        futures::future::join_all(asked).await
+    }
+
     /// The first base model a backend reported serving.
     pub fn reported_model(&self) -> Option<String> {
         let members = self.members();
@@ -171,6 +192,27 @@ impl Pool {
         self.members()
             .iter()
             .any(|m| same_url(m.base_url(), base_url))
+    }
+
+    /// Why a session with a LoRA adapter cannot be served on `route` (its pinned backend, else
+    /// any), if it cannot: llama-server and the in-process engine load no adapters by name.
+    pub fn adapter_refusal(&self, route: Option<&str>) -> Option<String> {
+        let members = self.members();
+        let refused = members
+            .iter()
+            .filter(|m| route.is_none_or(|url| same_url(m.base_url(), url)))
+            .find(|m| {
+                matches!(
+                    m.config.server_type,
+                    BackendKind::Llamacpp | BackendKind::Embedded
+                )
+            })?;
+        Some(format!(
+            "backend {} ({:?}) serves no LoRA adapters by name: a session with an adapter needs \
+             vLLM, SGLang or an OpenAI-compatible server",
+            refused.base_url(),
+            refused.config.server_type
+        ))
     }
 
     /// Generates `request.n` samples, splitting large `n` across calls; all or nothing.

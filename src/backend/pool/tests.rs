@@ -79,6 +79,7 @@ fn request(n: u32) -> GenerateRequest {
         params: SamplingParams::default(),
         n,
         session: None,
+        adapter: None,
     }
 }
 

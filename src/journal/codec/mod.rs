@@ -152,6 +152,10 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
                 HistoryMode::Template => 1,
             });
             w.bool(options.reasoning);
+            // Last: a session created before adapters were journaled reads as without one.
+            if let Some(adapter) = &options.adapter {
+                w.str(adapter);
+            }
         }
         Entry::Committed { id, record } => encode_commit(*id, record, w.0),
         Entry::Relabelled { id, node, label } => {
@@ -247,6 +251,10 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
                 _ => return Err(Corrupt("history mode")),
             };
             let reasoning = r.bool()?;
+            let adapter = match r.bytes.is_empty() {
+                true => None,
+                false => Some(Arc::from(r.string()?)),
+            };
             Entry::Created {
                 id,
                 options: SessionOptions {
@@ -255,6 +263,7 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
                     base_url,
                     history,
                     reasoning,
+                    adapter,
                 },
                 created_at,
             }
