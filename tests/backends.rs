@@ -5,7 +5,8 @@ mod common;
 
 use common::mock_worker::{MockWorker, Reply, Sample, Wire};
 use common::{Proxy, assert_node_shape, assert_openai_error, char_model_dir, chars, fixture_model};
-use serde_json::json;
+use rollout_proxy::config::Settings;
+use serde_json::{Value, json};
 
 /// vLLM servers that list `/inference/v1/generate` get tokens in, tokens out there.
 #[tokio::test]
@@ -76,29 +77,38 @@ async fn a_vllm_without_scale_out_is_served_over_completions() {
     assert_eq!(proxy.nodes(&uuid).await.len(), 1);
 }
 
-/// A proxy told nothing but the server's URL names the model the server serves in its
-/// requests and replies, and fits `max_tokens` to the context the server reports; flags
-/// still win.
-#[tokio::test]
-async fn model_name_and_context_length_are_asked_of_the_server() {
+/// One turn ("hi", answered "ok") through a proxy set up by `tweak` in front of a vLLM that
+/// serves `tiny` with a 64-token context: the proxy, its reply and the request vLLM got.
+async fn one_turn_on_tiny(
+    tweak: impl FnOnce(&mut Settings) + Send + 'static,
+) -> (Proxy, Value, Value) {
     let worker = MockWorker::start(Wire::VllmScaleOutOff);
     worker.serve_model("tiny", 64);
-    let proxy = Proxy::start_with(char_model_dir(), None, worker, |settings| {
-        settings.model_name = None;
-    });
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, tweak);
     let uuid = proxy.session(json!({})).await;
     let messages = json!([{"role": "user", "content": "hi"}]);
-    let (status, data) = proxy
+    let (status, reply) = proxy
         .turn(
             &uuid,
             Sample::stop(chars("ok")),
             json!({"messages": messages}),
         )
         .await;
-    assert_eq!(status, 200, "{data}");
-    assert_eq!(data["model"], "tiny");
-    let sent = &proxy.worker.requests()[0];
-    assert_eq!(sent["model"], "tiny");
+    assert_eq!(status, 200, "{reply}");
+    let sent = proxy.worker.requests()[0].clone();
+    (proxy, reply, sent)
+}
+
+/// A proxy told nothing but the server's URL names the model the server serves in its
+/// requests and replies, and fits `max_tokens` to the context the server reports; flags
+/// still win.
+#[tokio::test]
+async fn model_name_and_context_length_are_asked_of_the_server() {
+    let (proxy, reply, sent) = one_turn_on_tiny(|settings| settings.model_name = None).await;
+    assert_eq!(
+        (&sent["model"], &reply["model"]),
+        (&json!("tiny"), &json!("tiny"))
+    );
     let prompt = chars("<user>hi</user><assistant>").len() as u64;
     assert_eq!(
         sent["max_tokens"],
@@ -116,24 +126,13 @@ async fn model_name_and_context_length_are_asked_of_the_server() {
     assert_openai_error(&data);
     assert_eq!(proxy.worker.requests().len(), 1);
 
-    let worker = MockWorker::start(Wire::VllmScaleOutOff);
-    worker.serve_model("tiny", 64);
-    let flagged = Proxy::start_with(char_model_dir(), None, worker, |settings| {
+    let (_, reply, sent) = one_turn_on_tiny(|settings| {
         settings.model_name = Some("mine".into());
         settings.context_length = Some(40);
-    });
-    let uuid = flagged.session(json!({})).await;
-    let (status, data) = flagged
-        .turn(
-            &uuid,
-            Sample::stop(chars("ok")),
-            json!({"messages": messages}),
-        )
-        .await;
-    assert_eq!(status, 200, "{data}");
-    let sent = &flagged.worker.requests()[0];
+    })
+    .await;
     assert_eq!(
-        (&sent["model"], &data["model"]),
+        (&sent["model"], &reply["model"]),
         (&json!("mine"), &json!("mine"))
     );
     assert_eq!(sent["max_tokens"], 40 - prompt);

