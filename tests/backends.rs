@@ -138,6 +138,32 @@ async fn model_name_and_context_length_are_asked_of_the_server() {
     assert_eq!(sent["max_tokens"], 40 - prompt);
 }
 
+/// SGLang says its context in `GET /v1/models` too; it needs no model name in requests.
+#[tokio::test]
+async fn sglang_reports_its_context() {
+    let worker = MockWorker::start(Wire::Sglang);
+    worker.serve_model("tiny", 64);
+    let proxy = Proxy::start_with(char_model_dir(), None, worker, |_| {});
+    let uuid = proxy.session(json!({})).await;
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (status, reply) = proxy
+        .turn(
+            &uuid,
+            Sample::stop(chars("ok")),
+            json!({"messages": messages}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let sent = &proxy.worker.requests()[0];
+    let prompt = chars("<user>hi</user><assistant>").len() as u64;
+    assert_eq!(
+        sent["sampling_params"]["max_new_tokens"],
+        64 - prompt,
+        "{sent}"
+    );
+    assert!(sent.get("model").is_none());
+}
+
 /// A server that tokenizes the probe text differently would sample from prompts the trainer
 /// never sees: it gets no turn, and the error names both tokenizers.
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
+use super::describe::openai_models;
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
-use super::{Backend, BackendError, EventStream};
+use super::{Backend, BackendError, EventStream, ServerInfo};
 use crate::generation::{
     Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
 };
@@ -386,6 +387,11 @@ impl Backend for SglangBackend {
 
     async fn health(&self) -> Result<(), BackendError> {
         self.http.get_ok(&self.root, "/health").await
+    }
+
+    /// `GET /v1/models` (`id`, `max_model_len`), as SGLang 0.5 serves it.
+    async fn describe(&self) -> Result<ServerInfo, BackendError> {
+        openai_models(&self.http, &self.root, None).await
     }
 }
 

@@ -415,9 +415,13 @@ fn stream_chunks(sample: &Sample, wire: Wire) -> Vec<Value> {
                     } else {
                         json!({"type": "stop", "matched": sample.matched})
                     };
+                    // Cumulative, as SGLang streams by default; the spans on the last chunk.
+                    let spans = json!([{"version": "default", "start": 0, "end": k}]);
                     json!({"text": "", "output_ids": sample.ids[..k], "meta_info": {
                         "finish_reason": finish, "completion_tokens": k, "weight_version": "default",
                         "output_token_logprobs": sample.ids[..k].iter().zip(&sample.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
+                        "output_token_logprobs_length": k,
+                        "weight_versions": if last { spans } else { Value::Null },
                     }})
                 }
                 Wire::VllmGenerate => json!({"request_id": "generate-tokens-mock", "usage": null,
@@ -613,16 +617,24 @@ fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
             json!({
                 "text": "",
                 "output_ids": s.ids,
+                // The fields of a real SGLang 0.5.23 reply (CPU, a tiny Qwen3), in its order.
                 "meta_info": {
                     "id": uuid::Uuid::new_v4().simple().to_string(),
                     "finish_reason": finish,
                     "prompt_tokens": prompt_len,
                     "weight_version": "default",
+                    "num_retractions": 0,
                     "input_token_logprobs": [],
                     "output_token_logprobs": s.ids.iter().zip(&s.logprobs).map(|(id, lp)| json!([lp, id, null])).collect::<Vec<_>>(),
+                    "output_token_logprobs_length": s.ids.len(),
                     "output_top_logprobs": top_alternatives(s, body["top_logprobs_num"].as_u64().unwrap_or(0)),
+                    "reasoning_tokens": 0,
                     "completion_tokens": s.ids.len(),
                     "cached_tokens": 0,
+                    "weight_versions": [{"version": "default", "start": 0, "end": s.ids.len()}],
+                    "cached_tokens_details": null,
+                    "dp_rank": null,
+                    "e2e_latency": 0.054,
                 }
             })
         })
