@@ -49,6 +49,7 @@ async fn timed(
         n: 1,
         session: None,
         adapter: None,
+        routed_experts_from: None,
     };
     let start = Instant::now();
     let mut events = backend

@@ -61,6 +61,7 @@ fn request() -> GenerateRequest {
         n: 1,
         session: None,
         adapter: None,
+        routed_experts_from: None,
     }
 }
 

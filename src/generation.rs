@@ -121,6 +121,9 @@ pub struct GenerateRequest {
     /// The LoRA adapter to sample with, by the name the server serves it under (the session's
     /// `adapter`).
     pub adapter: Option<std::sync::Arc<str>>,
+    /// Ask for the experts each position was routed to, from this position on (the rows the
+    /// node being extended lacks); `None`: do not ask.
+    pub routed_experts_from: Option<u32>,
 }
 
 /// Why a sample ended.
@@ -169,6 +172,29 @@ pub struct WeightSpan {
     pub end: u32,
 }
 
+/// The experts a mixture-of-experts model routed positions to, as the server reported them
+/// (for routing replay in training): one row of `width` expert ids (`layers` × top-k) per
+/// position from `from` on, through the sample's last fed position (the final sampled token
+/// is never fed, so it has none until the next turn feeds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutedExperts {
+    /// The first position the rows cover, in the request's prompt and sample.
+    pub from: u32,
+    /// Expert ids per row.
+    pub width: u32,
+    /// MoE layers per row, when the server says (vLLM does; SGLang writes flat rows).
+    pub layers: Option<u32>,
+    /// The rows, `width` ids each.
+    pub ids: Vec<u16>,
+}
+
+impl RoutedExperts {
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.ids.len() / (self.width.max(1) as usize)
+    }
+}
+
 /// One sampled continuation, exactly as the backend produced it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -187,6 +213,8 @@ pub struct Generation {
     pub weight_version: Option<String>,
     /// Every version the sample was drawn from, when it spanned more than one.
     pub weight_spans: Vec<WeightSpan>,
+    /// The experts the prompt and sample were routed to, when asked for and reported.
+    pub routed_experts: Option<RoutedExperts>,
     /// Prompt tokens the backend served from its prefix cache, when it says.
     pub cached_tokens: Option<u32>,
     /// The ids were not returned by the backend but re-tokenized from its text.
@@ -204,6 +232,7 @@ impl Generation {
             stop: None,
             weight_version: None,
             weight_spans: Vec::new(),
+            routed_experts: None,
             cached_tokens: None,
             approximate: false,
         }
@@ -261,6 +290,8 @@ pub enum StreamEvent {
         weight_version: Option<String>,
         /// Every version the sample was drawn from, when it spanned more than one.
         weight_spans: Vec<WeightSpan>,
+        /// The experts the prompt and sample were routed to, when reported.
+        routed_experts: Option<RoutedExperts>,
         /// Prompt tokens served from the prefix cache.
         cached_tokens: Option<u32>,
     },
@@ -286,12 +317,14 @@ impl Generation {
                 stop,
                 weight_version,
                 weight_spans,
+                routed_experts,
                 cached_tokens,
             } => {
                 self.finish_reason = finish_reason;
                 self.stop = stop;
                 self.weight_version = weight_version;
                 self.weight_spans = weight_spans;
+                self.routed_experts = routed_experts;
                 self.cached_tokens = cached_tokens;
             }
         }
@@ -310,6 +343,7 @@ impl Generation {
                 stop: self.stop,
                 weight_version: self.weight_version,
                 weight_spans: self.weight_spans,
+                routed_experts: self.routed_experts,
                 cached_tokens: self.cached_tokens,
             },
         ]

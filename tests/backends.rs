@@ -77,24 +77,18 @@ async fn a_vllm_without_scale_out_is_served_over_completions() {
     assert_eq!(proxy.nodes(&uuid).await.len(), 1);
 }
 
-/// One turn ("hi", answered "ok") through a proxy set up by `tweak` in front of a vLLM that
-/// serves `tiny` with a 64-token context: the proxy, its reply and the request vLLM got.
+/// One turn ("hi", answered "ok") through a proxy set up by `tweak` in front of a server
+/// speaking `wire` that serves `tiny` with a 64-token context: the proxy, its reply and the
+/// request the server got.
 async fn one_turn_on_tiny(
+    wire: Wire,
     tweak: impl FnOnce(&mut Settings) + Send + 'static,
 ) -> (Proxy, Value, Value) {
-    let worker = MockWorker::start(Wire::VllmScaleOutOff);
+    let worker = MockWorker::start(wire);
     worker.serve_model("tiny", 64);
     let proxy = Proxy::start_with(char_model_dir(), None, worker, tweak);
     let uuid = proxy.session(json!({})).await;
-    let messages = json!([{"role": "user", "content": "hi"}]);
-    let (status, reply) = proxy
-        .turn(
-            &uuid,
-            Sample::stop(chars("ok")),
-            json!({"messages": messages}),
-        )
-        .await;
-    assert_eq!(status, 200, "{reply}");
+    let reply = proxy.hi(&uuid).await;
     let sent = proxy.worker.requests()[0].clone();
     (proxy, reply, sent)
 }
@@ -104,7 +98,8 @@ async fn one_turn_on_tiny(
 /// still win.
 #[tokio::test]
 async fn model_name_and_context_length_are_asked_of_the_server() {
-    let (proxy, reply, sent) = one_turn_on_tiny(|settings| settings.model_name = None).await;
+    let (proxy, reply, sent) =
+        one_turn_on_tiny(Wire::VllmScaleOutOff, |settings| settings.model_name = None).await;
     assert_eq!(
         (&sent["model"], &reply["model"]),
         (&json!("tiny"), &json!("tiny"))
@@ -126,7 +121,7 @@ async fn model_name_and_context_length_are_asked_of_the_server() {
     assert_openai_error(&data);
     assert_eq!(proxy.worker.requests().len(), 1);
 
-    let (_, reply, sent) = one_turn_on_tiny(|settings| {
+    let (_, reply, sent) = one_turn_on_tiny(Wire::VllmScaleOutOff, |settings| {
         settings.model_name = Some("mine".into());
         settings.context_length = Some(40);
     })
@@ -141,20 +136,7 @@ async fn model_name_and_context_length_are_asked_of_the_server() {
 /// SGLang says its context in `GET /v1/models` too; it needs no model name in requests.
 #[tokio::test]
 async fn sglang_reports_its_context() {
-    let worker = MockWorker::start(Wire::Sglang);
-    worker.serve_model("tiny", 64);
-    let proxy = Proxy::start_with(char_model_dir(), None, worker, |_| {});
-    let uuid = proxy.session(json!({})).await;
-    let messages = json!([{"role": "user", "content": "hi"}]);
-    let (status, reply) = proxy
-        .turn(
-            &uuid,
-            Sample::stop(chars("ok")),
-            json!({"messages": messages}),
-        )
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    let sent = &proxy.worker.requests()[0];
+    let (_, _, sent) = one_turn_on_tiny(Wire::Sglang, |_| {}).await;
     let prompt = chars("<user>hi</user><assistant>").len() as u64;
     assert_eq!(
         sent["sampling_params"]["max_new_tokens"],
@@ -229,13 +211,7 @@ async fn a_session_samples_with_its_lora_adapter() {
         assert_eq!(turn["adapter"], "math-lora", "{turn}");
         // Sessions without one name the served model, and record none.
         let plain = proxy.session(json!({})).await;
-        proxy
-            .turn(
-                &plain,
-                Sample::stop(chars("ok")),
-                json!({"messages": messages}),
-            )
-            .await;
+        proxy.hi(&plain).await;
         let sent = proxy.worker.requests().pop().unwrap();
         assert!(sent.get("lora_path").is_none(), "{sent}");
         assert_ne!(sent["model"], "math-lora", "{sent}");

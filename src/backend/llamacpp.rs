@@ -201,6 +201,7 @@ impl LlamaCppBackend {
                     stop: Some(StopMatch::Text(stop.clone())),
                     weight_version: None,
                     weight_spans: Vec::new(),
+                    routed_experts: None,
                     cached_tokens: None,
                 });
             } else if chunk["stop"].as_bool() == Some(true) {
@@ -209,6 +210,7 @@ impl LlamaCppBackend {
                     stop: stop_match(chunk, last_token),
                     weight_version: None,
                     weight_spans: Vec::new(),
+                    routed_experts: None,
                     cached_tokens: chunk["tokens_cached"].as_u64().map(|n| n as u32),
                 });
             }

@@ -8,6 +8,7 @@
 mod config;
 mod describe;
 mod error;
+mod experts;
 mod http;
 mod llamacpp;
 mod openai;

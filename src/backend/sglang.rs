@@ -1,6 +1,7 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
 use super::describe::openai_models;
+use super::experts::{self, Encoding};
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{Backend, BackendError, EventStream, ServerInfo};
 use crate::generation::{
@@ -57,6 +58,8 @@ impl SglangBackend {
             return_text_in_logprobs: false,
             stream,
             lora_path: request.adapter.as_deref(),
+            return_routed_experts: request.routed_experts_from.is_some(),
+            routed_experts_start_len: request.routed_experts_from,
         };
         IdsBody::new("input_ids", &request.prompt, fields)
     }
@@ -136,6 +139,11 @@ struct GenerateFields<'r> {
     /// The LoRA adapter, by the name the server loaded it under.
     #[serde(skip_serializing_if = "Option::is_none")]
     lora_path: Option<&'r str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    return_routed_experts: bool,
+    /// The first position whose routing comes back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routed_experts_start_len: Option<u32>,
 }
 
 /// SGLang's `SamplingParams`; absent ones keep the server's default.
@@ -209,6 +217,9 @@ struct Meta {
     /// `[{"version", "start", "end"}]` over the sample (SGLang 0.5.23 on).
     #[serde(default)]
     weight_versions: Value,
+    /// Base64 of `int32` expert ids, when asked for (`return_routed_experts`).
+    #[serde(default)]
+    routed_experts: Value,
     #[serde(default)]
     cached_tokens: Value,
 }
@@ -331,7 +342,15 @@ impl Backend for SglangBackend {
         let want_top = request.params.top_logprobs.is_some();
         outputs
             .into_iter()
-            .map(|o| Self::parse_output(&self.http, o, want_top))
+            .map(|mut output| {
+                let reported = output.meta_info.routed_experts.take();
+                let mut generation = Self::parse_output(&self.http, output, want_top)?;
+                let tokens = request.prompt.len() + generation.token_ids.len();
+                let from = request.routed_experts_from;
+                generation.routed_experts =
+                    experts::reported(&reported, from, tokens, Encoding::Int32);
+                Ok(generation)
+            })
             .collect()
     }
 
@@ -350,11 +369,13 @@ impl Backend for SglangBackend {
             .await?;
         let http = self.http.clone();
         let want_top = request.params.top_logprobs.is_some();
+        let (prompt, experts_from) = (request.prompt.len(), request.routed_experts_from);
         let mut seen = 0usize;
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
-            let output = Output::deserialize(chunk)
+            let mut output = Output::deserialize(chunk)
                 .map_err(|e| http.protocol(format!("invalid stream chunk: {e}")))?;
-            let so_far = Self::parse_output(&http, output, want_top)?;
+            let reported = output.meta_info.routed_experts.take();
+            let mut so_far = Self::parse_output(&http, output, want_top)?;
             // Chunks are cumulative by default and deltas with --incremental-streaming-output;
             // completion_tokens (the total so far) tells how many of them are new either way.
             let total = chunk["meta_info"]["completion_tokens"]
@@ -367,6 +388,8 @@ impl Backend for SglangBackend {
                 .checked_sub(fresh)
                 .ok_or_else(|| http.protocol("stream chunk has fewer tokens than it counts"))?;
             seen = total;
+            so_far.routed_experts =
+                experts::reported(&reported, experts_from, prompt + total, Encoding::Int32);
             let mut events = Vec::new();
             if fresh > 0 {
                 events.push(StreamEvent::Tokens {
@@ -427,6 +450,7 @@ mod tests {
             n: 1,
             session: None,
             adapter: None,
+            routed_experts_from: None,
         };
         let body = |request: &GenerateRequest, stream| {
             let bytes = SglangBackend::body(request, stream).to_json();

@@ -2,6 +2,7 @@
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
 use super::describe::{ServedModel, token_ids};
+use super::experts::{self, Encoding};
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
 use super::{Backend, BackendError, Control, EventStream, ServerInfo};
 use crate::generation::{
@@ -140,6 +141,9 @@ impl VllmBackend {
             "skip_special_tokens": false,
         });
         Self::sampling(request, &mut body);
+        if let Some(from) = request.routed_experts_from {
+            body["routed_experts_prompt_start"] = json!(from);
+        }
         IdsBody::new("prompt", &request.prompt, body)
     }
 
@@ -150,6 +154,9 @@ impl VllmBackend {
             "skip_special_tokens": false,
         });
         Self::sampling(request, &mut sampling);
+        if let Some(from) = request.routed_experts_from {
+            sampling["routed_experts_prompt_start"] = json!(from);
+        }
         let mut rest = json!({"sampling_params": sampling, "stream": false});
         // A LoRA adapter is chosen by naming it as the model.
         if let Some(adapter) = &request.adapter {
@@ -327,6 +334,13 @@ impl Backend for VllmBackend {
                 if generation.weight_version.is_none() {
                     generation.weight_version = version.map(str::to_string);
                 }
+                let tokens = request.prompt.len() + generation.token_ids.len();
+                generation.routed_experts = experts::reported(
+                    &c["routed_experts"],
+                    request.routed_experts_from,
+                    tokens,
+                    Encoding::Npy,
+                );
                 generation.cached_tokens = reply
                     .pointer("/usage/prompt_tokens_details/cached_tokens")
                     .and_then(Value::as_u64)
@@ -364,15 +378,21 @@ impl Backend for VllmBackend {
         };
         let http = self.http.clone();
         let want_top = request.params.top_logprobs.is_some();
+        let experts_from = request.routed_experts_from;
+        // Prompt and sample so far: the finishing chunk's routed experts cover them.
+        let mut tokens = request.prompt.len();
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
             // A usage-only chunk has no choices.
             let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
                 return Ok(Vec::new());
             };
-            let delta = match endpoint {
+            let mut delta = match endpoint {
                 Endpoint::Generate => Self::parse_generate_choice(&http, choice, want_top),
                 Endpoint::Completions => Self::parse_choice(&http, choice, want_top),
             }?;
+            tokens += delta.token_ids.len();
+            let reported = &choice["routed_experts"];
+            delta.routed_experts = experts::reported(reported, experts_from, tokens, Encoding::Npy);
             let has_tokens = !delta.token_ids.is_empty();
             let finished = !choice["finish_reason"].is_null();
             let [tokens, finish] =
@@ -474,6 +494,7 @@ mod tests {
             n: 2,
             session: None,
             adapter: None,
+            routed_experts_from: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -506,6 +527,7 @@ mod tests {
             n: 1,
             session: None,
             adapter: None,
+            routed_experts_from: None,
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())

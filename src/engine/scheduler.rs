@@ -377,6 +377,7 @@ impl Scheduler<'_> {
                 stop,
                 weight_version: None,
                 weight_spans: Vec::new(),
+                routed_experts: None,
                 cached_tokens: Some(active.cached as u32),
             }));
         }

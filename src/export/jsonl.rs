@@ -6,15 +6,19 @@
 
 use super::SessionExport;
 use super::messages::{self, MessageSpan};
+use crate::generation::RoutedExperts;
 use crate::json_numbers::NumberArray;
 use crate::session::{Divergence, Node, TurnRecord};
 use crate::tokenizer::Tokenizer;
+use base64::Engine;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Writes `tokens`, `masked_tokens` (-100 where the model did not sample) and `logprobs`
 /// (1.0 there; sampled ones as the f64 nearest the stored f32) as JSON members, each after a
-/// comma, straight from the node.
+/// comma, straight from the node; and `routed_experts` when the node records them: a base64
+/// `.npy` (uint16; rows × layers × top-k, or rows × ids where the server gave no layers), as
+/// vLLM writes them, one row per position from the first.
 pub fn write_arrays(out: &mut Vec<u8>, node: &Node, tokens: &[u32]) {
     out.extend_from_slice(b",\"tokens\":");
     let mut array = NumberArray::new(out);
@@ -39,6 +43,38 @@ pub fn write_arrays(out: &mut Vec<u8>, node: &Node, tokens: &[u32]) {
         }
     }
     array.finish();
+    if let Some(experts) = node.routed_experts() {
+        out.extend_from_slice(b",\"routed_experts\":\"");
+        let npy = experts_npy(experts);
+        out.extend_from_slice(
+            base64::engine::general_purpose::STANDARD
+                .encode(npy)
+                .as_bytes(),
+        );
+        out.push(b'"');
+    }
+}
+
+/// `experts` as a `.npy`: rows × layers × top-k, or rows × ids when the layers are unknown.
+fn experts_npy(experts: &RoutedExperts) -> Vec<u8> {
+    use ndarray_npy::WriteNpyExt;
+    let width = experts.width as usize;
+    let mut shape = vec![experts.rows()];
+    match experts
+        .layers
+        .map(|l| l as usize)
+        .filter(|&l| l > 0 && width.is_multiple_of(l))
+    {
+        Some(layers) => shape.extend([layers, width / layers]),
+        None => shape.push(width),
+    }
+    let cells = shape.iter().product();
+    let array = ndarray::ArrayD::from_shape_vec(shape, experts.ids[..cells].to_vec())
+        .expect("the shape holds exactly the cells taken");
+    let mut npy = Vec::new();
+    // Writing into memory cannot fail.
+    let _ = array.write_npy(&mut npy);
+    npy
 }
 
 /// The members of a line after the arrays.

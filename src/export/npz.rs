@@ -1,7 +1,9 @@
 //! Padded NumPy arrays in one `.npz` (a zip of `.npy` files, as `numpy.savez` writes it), one
 //! row per node: `tokens`, `masked_tokens` and `attention_mask` (int32), `logprobs` and
 //! `rewards` (float32), `lengths` (int32), and `nodes.json` (each row's session, node index,
-//! reward, metadata and turns; `numpy.load(...)["nodes.json"]` returns its bytes).
+//! reward, metadata and turns; `numpy.load(...)["nodes.json"]` returns its bytes). Nodes of
+//! sessions that record routed experts add `routed_experts` (uint16, nodes × positions ×
+//! layers·top-k; 65535 where a position has no row).
 //!
 //! The file is written as it is sent, never whole in memory: each array is a zip entry with a
 //! data descriptor (as streamed zips are written; numpy reads them), its `.npy` header first,
@@ -73,8 +75,10 @@ pub fn write(
     let mut arrays = Arrays {
         exports,
         shape,
+        per_position: 1,
         ids: Vec::new(),
     };
+    let experts = experts_width(exports)?;
     arrays.write(&mut zip, "tokens.npy", padding.pad_id, |_, ids, row| {
         for (cell, &id) in row.iter_mut().zip(ids) {
             *cell = id as i32;
@@ -99,6 +103,16 @@ pub fn write(
     arrays.write(&mut zip, "attention_mask.npy", 0i32, |_, ids, row| {
         row[..ids.len()].fill(1);
     })?;
+    if let Some(width) = experts {
+        arrays.per_position = width;
+        arrays.write(&mut zip, "routed_experts.npy", u16::MAX, |node, _, row| {
+            if let Some(experts) = node.routed_experts() {
+                let cells = experts.ids.len().min(row.len());
+                row[..cells].copy_from_slice(&experts.ids[..cells]);
+            }
+        })?;
+        arrays.per_position = 1;
+    }
     arrays.write_column(&mut zip, "lengths.npy", 0i32, |_, node| node.len() as i32)?;
     arrays.write_column(&mut zip, "rewards.npy", f32::NAN, |export, _| {
         export.reward.as_ref().map_or(f32::NAN, |r| r.reward as f32)
@@ -129,13 +143,15 @@ type Zip<W> = zip::ZipWriter<StreamWriter<W>>;
 struct Arrays<'e, 'a> {
     exports: &'e [SessionExport<'a>],
     shape: Shape,
+    /// Cells per position: 1, or the expert ids of a routed-experts row (a third dimension).
+    per_position: usize,
     /// The ids of the node being written.
     ids: Vec<u32>,
 }
 
 impl Arrays<'_, '_> {
     /// The array `name`: `pad` everywhere but where `fill` writes each node's row (given the
-    /// node and its ids).
+    /// node and its ids; `per_position` cells for each id).
     fn write<A: WritableElement + Clone>(
         &mut self,
         zip: &mut Zip<impl Write>,
@@ -144,19 +160,24 @@ impl Arrays<'_, '_> {
         fill: impl Fn(&Node, &[u32], &mut [A]),
     ) -> Result<(), ExportError> {
         start(zip, name)?;
-        header::<A>(&mut *zip, vec![self.shape.rows, self.shape.width])?;
+        let per = self.per_position;
+        let mut shape = vec![self.shape.rows, self.shape.width];
+        if per > 1 {
+            shape.push(per);
+        }
+        header::<A>(&mut *zip, shape)?;
         // A row is its node's cells, then padding written from one block of at most
         // `PAD_BLOCK` cells: memory follows the nodes, never the width asked for.
-        let padding = vec![pad.clone(); self.shape.width.min(PAD_BLOCK)];
+        let padding = vec![pad.clone(); (self.shape.width * per).min(PAD_BLOCK)];
         let mut row = Vec::new();
         for node in self.exports.iter().flat_map(|export| export.nodes) {
             self.ids.clear();
             node.copy_tokens_into(&mut self.ids);
             row.clear();
-            row.resize(self.ids.len(), pad.clone());
+            row.resize(self.ids.len() * per, pad.clone());
             fill(node, &self.ids, &mut row);
             A::write_slice(&row, &mut *zip).map_err(failed)?;
-            let mut left = self.shape.width - row.len();
+            let mut left = self.shape.width * per - row.len();
             while left > 0 {
                 let cells = left.min(padding.len());
                 A::write_slice(&padding[..cells], &mut *zip).map_err(failed)?;
@@ -184,6 +205,25 @@ impl Arrays<'_, '_> {
             rows(&mut *zip, &block)?;
         }
         Ok(())
+    }
+}
+
+/// The width of the routed-experts rows of the nodes of `exports`, if any holds some; an
+/// error when two differ (nodes of different models cannot share one array).
+fn experts_width(exports: &[SessionExport]) -> Result<Option<usize>, ExportError> {
+    let mut widths = exports
+        .iter()
+        .flat_map(|e| e.nodes)
+        .filter_map(|node| Some(node.routed_experts()?.width as usize));
+    let Some(first) = widths.next() else {
+        return Ok(None);
+    };
+    match widths.find(|&w| w != first) {
+        Some(other) => Err(ExportError::Query(format!(
+            "nodes with routed-experts rows of {first} and of {other} ids cannot share one \
+             array: export their sessions apart"
+        ))),
+        None => Ok(Some(first)),
     }
 }
 

@@ -23,6 +23,8 @@ pub struct CreateBody {
     reasoning: bool,
     #[serde(default)]
     adapter: Option<String>,
+    #[serde(default)]
+    routed_experts: bool,
 }
 
 /// Longest LoRA adapter name a session may give.
@@ -69,6 +71,7 @@ pub async fn create(
             history: body.history,
             reasoning: body.reasoning,
             adapter: body.adapter.map(std::sync::Arc::from),
+            routed_experts: body.routed_experts,
         })
         .map_err(|full| {
             ApiError::new(
@@ -91,6 +94,7 @@ pub async fn create(
         "history": session.options.history,
         "reasoning": session.options.reasoning,
         "adapter": session.options.adapter,
+        "routed_experts": session.options.routed_experts,
         "created_at": session.created_at,
     })))
 }

@@ -55,6 +55,13 @@ fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
                 ],
                 false => Vec::new(),
             },
+            // Seed 13: with the experts its positions were routed to.
+            routed_experts: (seed == 13).then(|| crate::generation::RoutedExperts {
+                from: 2,
+                width: 4,
+                layers: Some(2),
+                ids: (0..8).collect(),
+            }),
             cached_tokens: Some(3),
             approximate: false,
             end_token_text: Some("<|im_end|>".into()),
@@ -118,11 +125,16 @@ fn entries_read_back_as_written() {
 
 #[test]
 fn sessions_read_back_with_and_without_an_adapter() {
-    for adapter in [None, Some(std::sync::Arc::from("math-lora"))] {
+    let adapters = [None, Some(std::sync::Arc::from("math-lora"))];
+    for (adapter, routed_experts) in adapters
+        .iter()
+        .flat_map(|a| [(a.clone(), false), (a.clone(), true)])
+    {
         let entry = Entry::Created {
             id: Uuid::new_v4(),
             options: SessionOptions {
                 adapter,
+                routed_experts,
                 ..Default::default()
             },
             created_at: 1.5,

@@ -57,6 +57,10 @@ pub struct SessionOptions {
     /// Sample with this LoRA adapter (the name the servers serve it under).
     #[serde(default)]
     pub adapter: Option<Arc<str>>,
+    /// Record the experts each position was routed to (mixture-of-experts models on servers
+    /// started to report them), for routing replay in training.
+    #[serde(default)]
+    pub routed_experts: bool,
 }
 
 /// The mutable part of a session, behind its mutex.

@@ -6,6 +6,7 @@
 
 use super::completion::CompletionId;
 use super::ids::TokenIds;
+use crate::generation::RoutedExperts;
 use serde::Serialize;
 use std::ops::Range;
 use std::sync::Arc;
@@ -142,6 +143,9 @@ pub struct Node {
     pub(crate) turns: Vec<TurnRecord>,
     pub(crate) divergence: Option<Divergence>,
     pub(crate) parent: Option<usize>,
+    /// The experts each position was routed to, rows from position 0 (sessions that record
+    /// them).
+    experts: Option<RoutedExperts>,
 }
 
 impl Node {
@@ -193,6 +197,33 @@ impl Node {
         };
         self.sampled.push(span);
         span
+    }
+
+    /// Adds the expert rows a turn reported. They start at `experts.from`, which must not lie
+    /// past the rows held: a gap (a turn whose server reported none) would misalign every
+    /// later row, so the node then keeps none.
+    pub fn push_experts(&mut self, experts: &RoutedExperts) {
+        let from = experts.from as usize;
+        match &mut self.experts {
+            Some(mine) if mine.width == experts.width && from <= mine.rows() => {
+                mine.ids.truncate(from * mine.width as usize);
+                mine.ids.extend_from_slice(&experts.ids);
+            }
+            None if from == 0 => self.experts = Some(experts.clone()),
+            _ => {
+                tracing::warn!(
+                    from,
+                    held = self.experts.as_ref().map(RoutedExperts::rows),
+                    "routed experts do not continue the node's rows: the node keeps none"
+                );
+                self.experts = None;
+            }
+        }
+    }
+
+    /// The experts each position was routed to, rows from position 0, when recorded.
+    pub fn routed_experts(&self) -> Option<&RoutedExperts> {
+        self.experts.as_ref()
     }
 
     /// The ids in `span`.

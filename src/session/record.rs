@@ -10,7 +10,7 @@ use super::{
     CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
     SessionState, TurnRecord,
 };
-use crate::generation::{FinishReason, Generation, StopMatch, WeightSpan};
+use crate::generation::{FinishReason, Generation, RoutedExperts, StopMatch, WeightSpan};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -78,6 +78,8 @@ pub struct RecordedChoice {
     pub weight_version: Option<String>,
     /// Every version the sample was drawn from, when it spanned more than one.
     pub weight_spans: Vec<WeightSpan>,
+    /// The experts the prompt and sample were routed to, when the session records them.
+    pub routed_experts: Option<RoutedExperts>,
     /// Prompt tokens served from the backend's prefix cache.
     pub cached_tokens: Option<u32>,
     /// The ids were re-tokenized from text.
@@ -103,6 +105,7 @@ impl RecordedChoice {
             stop: self.stop.clone(),
             weight_version: self.weight_version.clone(),
             weight_spans: self.weight_spans.clone(),
+            routed_experts: self.routed_experts.clone(),
             cached_tokens: self.cached_tokens,
             approximate: self.approximate,
         }
@@ -207,6 +210,9 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         node.reserve_logprobs(choice.logprobs.len());
         node.push_prompt(&record.new_prompt);
         let span = node.push_sampled(&choice.token_ids, &choice.logprobs);
+        if let Some(experts) = &choice.routed_experts {
+            node.push_experts(experts);
+        }
         node.history = record.history.clone();
         let completion = state.completions.len();
         node.history.push(HistoryEntry {

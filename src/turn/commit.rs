@@ -27,6 +27,7 @@ impl CommitRecord {
                     stop: generation.stop.clone(),
                     weight_version: generation.weight_version.clone(),
                     weight_spans: generation.weight_spans.clone(),
+                    routed_experts: generation.routed_experts.clone(),
                     cached_tokens: generation.cached_tokens,
                     approximate: generation.approximate,
                     end_token_text: choice.reply.end_token_text.clone(),

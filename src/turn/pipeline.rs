@@ -449,6 +449,7 @@ impl Pipeline {
             n,
             session: Some(session.id.to_string().into()),
             adapter: session.options.adapter.clone(),
+            routed_experts_from: routed_experts_from(session, plan),
         };
         let previous = session.backend();
         let mut aborted = session.abort_signal();
@@ -542,6 +543,17 @@ async fn lock_open(
         true => Err(TurnError::SessionClosed),
         false => Ok(guard),
     }
+}
+
+/// Where the experts the turn's positions were routed to are asked from, if the session
+/// records them: the positions the node being extended has none for (its last token, never
+/// fed until now, and everything after it).
+pub(super) fn routed_experts_from(session: &Session, plan: &Plan) -> Option<u32> {
+    let from = plan.base_len.saturating_sub(1);
+    session
+        .options
+        .routed_experts
+        .then(|| u32::try_from(from).unwrap_or(u32::MAX))
 }
 
 fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {

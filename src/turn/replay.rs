@@ -33,6 +33,7 @@ pub(super) fn streams(turn: &CommittedTurn) -> Vec<(EventStream, Arc<str>)> {
                 stop: generation.stop,
                 weight_version: generation.weight_version,
                 weight_spans: generation.weight_spans,
+                routed_experts: generation.routed_experts,
                 cached_tokens: generation.cached_tokens,
             };
             let tokens = generation.token_ids.into_iter().zip(generation.logprobs);

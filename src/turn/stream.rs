@@ -202,6 +202,7 @@ impl Pipeline {
                     n: 1,
                     session: Some(id.clone()),
                     adapter: session.options.adapter.clone(),
+                    routed_experts_from: super::pipeline::routed_experts_from(session, plan),
                 }
             })
             .collect();

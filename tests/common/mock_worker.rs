@@ -362,7 +362,7 @@ async fn handle(
         };
         if let Some((sample, cut)) = streamed {
             shared.lock().unwrap().in_flight -= 1;
-            return stream_reply(shared.clone(), sample, *wire, cut);
+            return stream_reply(shared.clone(), (&body, sample), *wire, cut);
         }
     }
     let response = respond(reply, &body, *wire).await;
@@ -457,15 +457,16 @@ impl Drop for StreamGuard {
 /// The sample's stream; with `cut`, only its first `cut` tokens, then the stream ends.
 fn stream_reply(
     shared: Arc<Mutex<Shared>>,
-    sample: &Sample,
+    (body, sample): (&Value, &Sample),
     wire: Wire,
     cut: Option<usize>,
 ) -> HttpResponse {
     let delay = shared.lock().unwrap().token_delay_ms;
-    let mut lines: VecDeque<String> = stream_chunks(sample, wire)
-        .iter()
-        .map(|c| format!("data: {c}\n\n"))
-        .collect();
+    let mut chunks = stream_chunks(sample, wire);
+    if let Some(last) = chunks.last_mut() {
+        super::routing::attach_to_chunk(last, body, wire, sample);
+    }
+    let mut lines: VecDeque<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
     match cut {
         Some(after) => lines.truncate(after),
         None => lines.push_back("data: [DONE]\n\n".to_string()),
@@ -492,12 +493,14 @@ fn stream_reply(
 }
 
 fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
-    match wire {
+    let mut reply = match wire {
         Wire::Sglang => sglang_reply(body, samples),
         Wire::Vllm | Wire::VllmScaleOutOff => vllm_reply(body, samples),
         Wire::VllmGenerate => vllm_generate_reply(samples),
         Wire::OpenAiText => openai_text_reply(samples),
-    }
+    };
+    super::routing::attach(&mut reply, body, wire, samples);
+    HttpResponse::Ok().json(reply)
 }
 
 /// vLLM's `GET /v1/models` (shape of a real 0.32 reply): the declared model, else none.
@@ -577,22 +580,20 @@ fn vllm_generate_choice(
         "logprobs": {"content": content}})
 }
 
-fn vllm_generate_reply(samples: &[Sample]) -> HttpResponse {
+fn vllm_generate_reply(samples: &[Sample]) -> Value {
     let choices: Vec<Value> = samples
         .iter()
         .enumerate()
         .map(|(i, s)| vllm_generate_choice(i, s, 0..s.ids.len(), true))
         .collect();
-    HttpResponse::Ok().json(
-        json!({"request_id": "generate-tokens-mock", "model": "tiny",
+    json!({"request_id": "generate-tokens-mock", "model": "tiny",
         "usage": {"prompt_tokens": 1, "total_tokens": 1, "completion_tokens": 0},
         "prompt_logprobs": null, "prompt_token_id_logprobs": null, "prompt_token_ids": null,
         "mm_placeholders": null, "metrics": null, "kv_transfer_params": null,
-        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices}),
-    )
+        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices})
 }
 
-fn openai_text_reply(samples: &[Sample]) -> HttpResponse {
+fn openai_text_reply(samples: &[Sample]) -> Value {
     let choices: Vec<Value> = samples
         .iter()
         .enumerate()
@@ -601,11 +602,10 @@ fn openai_text_reply(samples: &[Sample]) -> HttpResponse {
             json!({"index": i, "text": text, "finish_reason": s.finish, "logprobs": null})
         })
         .collect();
-    HttpResponse::Ok()
-        .json(json!({"id": "cmpl-x", "object": "text_completion", "choices": choices}))
+    json!({"id": "cmpl-x", "object": "text_completion", "choices": choices})
 }
 
-fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
+fn sglang_reply(body: &Value, samples: &[Sample]) -> Value {
     let prompt_len = body["input_ids"].as_array().map_or(0, Vec::len);
     let outputs: Vec<Value> = samples
         .iter()
@@ -640,9 +640,9 @@ fn sglang_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
         })
         .collect();
     if outputs.len() == 1 && body["sampling_params"]["n"].as_u64().unwrap_or(1) == 1 {
-        HttpResponse::Ok().json(&outputs[0])
+        outputs[0].clone()
     } else {
-        HttpResponse::Ok().json(outputs)
+        Value::Array(outputs)
     }
 }
 
@@ -663,7 +663,7 @@ fn top_alternatives(sample: &Sample, k: u64) -> Value {
         .collect()
 }
 
-fn vllm_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
+fn vllm_reply(body: &Value, samples: &[Sample]) -> Value {
     let prompt = body["prompt"].clone();
     let choices: Vec<Value> = samples
         .iter()
@@ -690,8 +690,8 @@ fn vllm_reply(body: &Value, samples: &[Sample]) -> HttpResponse {
             })
         })
         .collect();
-    HttpResponse::Ok().json(json!({
+    json!({
         "id": "cmpl-mock", "object": "text_completion", "created": 0, "model": body["model"],
         "choices": choices, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    }))
+    })
 }

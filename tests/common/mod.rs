@@ -34,6 +34,7 @@ pub fn fixture_model(name: &str) -> PathBuf {
 
 pub mod llama;
 pub mod mock_worker;
+pub mod routing;
 pub mod vllm;
 
 /// Whether a server on 127.0.0.1:`port` answers `GET path` with 200 (readiness probes of the
@@ -444,6 +445,16 @@ impl Proxy {
     }
 
     /// Scripts the upstream's next sample, then runs a chat turn.
+    /// One chat turn, "hi" answered "ok" (the char model's ids), that must succeed: its reply.
+    pub async fn hi(&self, uuid: &str) -> Value {
+        let body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+        let (status, reply) = self
+            .turn(uuid, mock_worker::Sample::stop(chars("ok")), body)
+            .await;
+        assert_eq!(status, 200, "{reply}");
+        reply
+    }
+
     pub async fn turn(&self, uuid: &str, sample: mock_worker::Sample, body: Value) -> (u16, Value) {
         self.worker.push_sample(sample);
         self.chat(uuid, body).await

@@ -40,6 +40,7 @@ pub fn synthetic_turn(
             stop: None,
             weight_version: None,
             weight_spans: Vec::new(),
+            routed_experts: None,
             cached_tokens: Some(prompt as u32),
             approximate: false,
             end_token_text: Some("<|im_end|>".into()),

@@ -80,6 +80,7 @@ fn request(n: u32) -> GenerateRequest {
         n,
         session: None,
         adapter: None,
+        routed_experts_from: None,
     }
 }
 

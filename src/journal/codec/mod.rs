@@ -152,9 +152,14 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
                 HistoryMode::Template => 1,
             });
             w.bool(options.reasoning);
-            // Last: a session created before adapters were journaled reads as without one.
-            if let Some(adapter) = &options.adapter {
-                w.str(adapter);
+            // Last, each after the one before (an empty adapter name stands for none): a
+            // session created before adapters or routed experts were journaled reads as
+            // without them.
+            if options.adapter.is_some() || options.routed_experts {
+                w.str(options.adapter.as_deref().unwrap_or(""));
+            }
+            if options.routed_experts {
+                w.bool(true);
             }
         }
         Entry::Committed { id, record } => encode_commit(*id, record, w.0),
@@ -253,8 +258,9 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
             let reasoning = r.bool()?;
             let adapter = match r.bytes.is_empty() {
                 true => None,
-                false => Some(Arc::from(r.string()?)),
+                false => Some(r.string()?).filter(|a| !a.is_empty()).map(Arc::from),
             };
+            let routed_experts = !r.bytes.is_empty() && r.bool()?;
             Entry::Created {
                 id,
                 options: SessionOptions {
@@ -264,6 +270,7 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
                     history,
                     reasoning,
                     adapter,
+                    routed_experts,
                 },
                 created_at,
             }

@@ -1,9 +1,10 @@
 //! A committed turn ([`CommitRecord`]) in the journal's binary form, both ways. Fields added
-//! after the first version (the key, healed calls, echo keys and echoed calls, weight spans)
-//! are written last, in that order, so that a record written before each still reads.
+//! after the first version (the key, healed calls, echo keys and echoed calls, weight spans,
+//! routed experts) are written last, in that order, so that a record written before each
+//! still reads.
 
 use super::{Corrupt, Reader, Writer, intern};
-use crate::generation::{FinishReason, StopMatch, WeightSpan};
+use crate::generation::{FinishReason, RoutedExperts, StopMatch, WeightSpan};
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Divergence, HistoryEntry, IssuedToolCall, RecordedChoice};
 use crate::session::{EchoChange, EchoKey, Start, TurnLabels};
@@ -101,7 +102,8 @@ impl Writer<'_> {
                 calls.filter_map(move |(i, call)| Some((c, i, call.echo.as_ref()?)))
             })
             .collect();
-        let spans = record.choices.iter().any(|c| !c.weight_spans.is_empty());
+        let experts = record.choices.iter().any(|c| c.routed_experts.is_some());
+        let spans = experts || record.choices.iter().any(|c| !c.weight_spans.is_empty());
         let echoes = spans || !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
         if record.key.is_some() || !healed.is_empty() || echoes {
             let key = record.key.as_ref();
@@ -142,6 +144,22 @@ impl Writer<'_> {
                     self.str(&span.version);
                     self.u32(span.start);
                     self.u32(span.end);
+                }
+            }
+        }
+        // After the spans, so records written before experts were recorded read.
+        if experts {
+            for choice in &record.choices {
+                self.bool(choice.routed_experts.is_some());
+                if let Some(experts) = &choice.routed_experts {
+                    self.u32(experts.from);
+                    self.u32(experts.width);
+                    self.opt_u32(experts.layers);
+                    self.u32(experts.ids.len() as u32);
+                    experts
+                        .ids
+                        .iter()
+                        .for_each(|id| self.0.extend_from_slice(&id.to_le_bytes()));
                 }
             }
         }
@@ -242,6 +260,27 @@ impl Reader<'_> {
                     .collect::<Result<_, Corrupt>>()?;
             }
         }
+        if !self.bytes.is_empty() {
+            for choice in &mut choices {
+                if self.bool()? {
+                    let from = self.u32()?;
+                    let width = self.u32()?;
+                    let layers = self.opt_u32()?;
+                    let count = self.len(2)?;
+                    let ids = self
+                        .take(2 * count)?
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    choice.routed_experts = Some(RoutedExperts {
+                        from,
+                        width,
+                        layers,
+                        ids,
+                    });
+                }
+            }
+        }
         Ok(CommitRecord {
             start,
             new_prompt,
@@ -284,6 +323,7 @@ impl Reader<'_> {
             stop,
             weight_version: self.opt_string()?,
             weight_spans: Vec::new(),
+            routed_experts: None,
             cached_tokens: self.opt_u32()?,
             approximate: self.bool()?,
             end_token_text: self.opt_string()?,
