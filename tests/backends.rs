@@ -150,7 +150,14 @@ async fn sglang_reports_its_context() {
 /// never sees: it gets no turn, and the error names both tokenizers.
 #[tokio::test]
 async fn a_server_with_another_tokenizer_is_refused() {
-    let worker = MockWorker::start(Wire::VllmScaleOutOff);
+    for wire in [Wire::VllmScaleOutOff, Wire::Sglang] {
+        refused_for_its_tokenizer(wire).await;
+    }
+}
+
+/// A proxy before a server speaking `wire` whose `/tokenize` gives other ids than the proxy's.
+async fn refused_for_its_tokenizer(wire: Wire) {
+    let worker = MockWorker::start(wire);
     worker.serve_model("tiny", 4096);
     worker.shift_tokenizer(1);
     let proxy = Proxy::start_with(char_model_dir(), None, worker, |_| {});

@@ -227,7 +227,7 @@ async fn forced_tool_calls(server: &VllmServer, proxy: &Proxy) {
 }
 
 /// The completions API, Messages (whole, then streamed) and Responses (chained by
-/// `previous_response_id`) each keep one exact node.
+/// `previous_response_id`, whole then streamed) each keep one exact node.
 async fn other_apis(server: &VllmServer, proxy: &Proxy) {
     let uuid = proxy.session(json!({})).await;
     let (status, reply) = proxy
@@ -277,8 +277,19 @@ async fn other_apis(server: &VllmServer, proxy: &Proxy) {
         )
         .await;
     assert_eq!(status, 200, "{second}");
+    let (status, raw, _) = proxy
+        .post_stream(
+            &path,
+            json!({"input": "Once more.", "max_output_tokens": 10, "previous_response_id": second["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{raw}");
     let nodes = proxy.nodes(&uuid).await;
-    assert_eq!(nodes.len(), 1, "chained responses extend one node");
+    assert_eq!(
+        nodes.len(),
+        1,
+        "chained responses, whole and streamed, extend one node"
+    );
     assert_exact(server, &nodes[0]).await;
 }
 

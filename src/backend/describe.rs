@@ -132,6 +132,23 @@ pub(super) async fn openai_models(
     })
 }
 
+/// The ids `POST /tokenize` gives `text` (special-token text parsed, none added), as vLLM and
+/// SGLang both serve it (`{"prompt", "add_special_tokens"}` → `{"tokens", "count", ...}`);
+/// `model` names the served model where the server wants it.
+pub(super) async fn tokenize(
+    http: &JsonClient,
+    root: &str,
+    model: Option<&str>,
+    text: &str,
+) -> Result<Option<Vec<u32>>, BackendError> {
+    let mut body = serde_json::json!({"prompt": text, "add_special_tokens": false});
+    if let Some(model) = model {
+        body["model"] = model.into();
+    }
+    let reply: Value = http.post(root, "/tokenize", &body, None).await?;
+    token_ids(http, &reply, "tokens").map(Some)
+}
+
 /// A context length as servers write it (a positive integer), if it is one.
 pub(super) fn context(value: &Value) -> Option<u32> {
     value

@@ -1,6 +1,6 @@
 //! SGLang through its native `POST /generate` with `input_ids` and `return_logprob`.
 
-use super::describe::openai_models;
+use super::describe;
 use super::experts::{self, Encoding};
 use super::http::{IdsBody, JsonClient, event_stream, server_root};
 use super::{Backend, BackendError, EventStream, ServerInfo};
@@ -414,7 +414,11 @@ impl Backend for SglangBackend {
 
     /// `GET /v1/models` (`id`, `max_model_len`), as SGLang 0.5 serves it.
     async fn describe(&self) -> Result<ServerInfo, BackendError> {
-        openai_models(&self.http, &self.root, None).await
+        describe::openai_models(&self.http, &self.root, None).await
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
+        describe::tokenize(&self.http, &self.root, None, text).await
     }
 }
 

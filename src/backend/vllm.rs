@@ -1,7 +1,7 @@
 //! vLLM: the tokens-in `POST /inference/v1/generate` when the server has it (probed once via
 //! `/openapi.json`), else `POST /v1/completions` with a token-id prompt and `return_token_ids`.
 
-use super::describe::{ServedModel, token_ids};
+use super::describe::{self, ServedModel};
 use super::experts::{self, Encoding};
 use super::http::{IdsBody, JsonClient, event_stream, server_root, set_present};
 use super::{Backend, BackendError, Control, EventStream, ServerInfo};
@@ -433,10 +433,8 @@ impl Backend for VllmBackend {
 
     /// `POST /tokenize` (vLLM parses special-token text by default).
     async fn tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, BackendError> {
-        let body =
-            json!({"model": self.model_name().await, "prompt": text, "add_special_tokens": false});
-        let reply: Value = self.http.post(&self.root, "/tokenize", &body, None).await?;
-        token_ids(&self.http, &reply, "tokens").map(Some)
+        let model = self.model_name().await;
+        describe::tokenize(&self.http, &self.root, Some(&model), text).await
     }
 }
 
