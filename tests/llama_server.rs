@@ -104,6 +104,11 @@ async fn real_rollouts_are_one_node_with_the_servers_ids_and_logprobs() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let server = LlamaServer::start();
     let proxy = proxy_for(&[&server], fixture_model("smollm2"), Some("hermes"));
+    // The server was asked: one slot's context (-c 4096 over 2 slots), and its tokenizer
+    // splits the probe as the proxy's (the fixture's tokenizer.json) does.
+    let (_, servers) = proxy.get("/servers").await;
+    assert_eq!(servers["servers"][0]["context_length"], 2048, "{servers}");
+    assert_eq!(servers["servers"][0]["refused"], Value::Null, "{servers}");
     let tools = json!([{"type": "function", "function": {"name": "lookup", "description": "Look a word up",
         "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}]);
     for tools in [None, Some(&tools)] {
