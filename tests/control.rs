@@ -177,6 +177,15 @@ async fn a_pause_that_keeps_turns_in_flight_asks_the_backends() {
     proxy.post("/pause", json!({})).await;
     let (_, body) = proxy.post("/resume", json!({})).await;
     assert_eq!(body["backends"], json!([]));
+    // A plain pause in place of a freezing one lets the frozen turns go on at once.
+    proxy.post("/pause", json!({"in_flight": "keep"})).await;
+    let (_, body) = proxy.post("/pause", json!({"mode": "reject"})).await;
+    assert_eq!(
+        body["backends"],
+        json!([{"base_url": url, "released": false}])
+    );
+    let (_, body) = proxy.post("/resume", json!({})).await;
+    assert_eq!(body["backends"], json!([]));
 }
 
 #[tokio::test]

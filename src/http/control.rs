@@ -39,10 +39,13 @@ pub async fn pause(
         since: crate::session::now_seconds(),
     };
     tracing::info!(mode = ?pause.mode, in_flight = ?pause.in_flight, reason = ?pause.reason, "paused");
-    state.pipeline.gate.pause(pause.clone());
-    let backends = match pause.in_flight {
-        InFlight::Keep => state.pipeline.backends.control(&Control::Hold).await,
-        InFlight::Finish => Vec::new(),
+    let before = state.pipeline.gate.pause(pause.clone());
+    let held = before.is_some_and(|p| p.in_flight == InFlight::Keep);
+    let backends = match (pause.in_flight, held) {
+        (InFlight::Keep, _) => state.pipeline.backends.control(&Control::Hold).await,
+        // A pause that lets turns at a backend finish, in place of one that froze them.
+        (InFlight::Finish, true) => state.pipeline.backends.control(&Control::Release).await,
+        (InFlight::Finish, false) => Vec::new(),
     };
     Ok(HttpResponse::Ok().json(json!({
         "paused": pause,

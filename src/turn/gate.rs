@@ -74,9 +74,9 @@ impl Drop for AtBackend {
 }
 
 impl Gate {
-    /// Pauses new turns (replacing a pause in force).
-    pub fn pause(&self, pause: Pause) {
-        self.pause.send_replace(Some(pause));
+    /// Pauses new turns, replacing a pause in force; returns that one.
+    pub fn pause(&self, pause: Pause) -> Option<Pause> {
+        self.pause.send_replace(Some(pause))
     }
 
     /// Lets turns through again; returns the pause that was in force.
