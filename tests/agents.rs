@@ -351,3 +351,38 @@ async fn agent_frameworks_hand_calls_back_their_way_and_stay_one_node() {
         assert_sampled_by_upstream(&nodes[0], &log);
     }
 }
+
+/// A streamed Responses reply in every order of items (reasoning then text, reasoning then a
+/// call, text then a call, two calls), read by the openai SDK's own stream accumulator: each
+/// item at the next index, every event of an item at its index (a message after reasoning
+/// used to be announced at the reasoning's index, which the SDK refuses and LangGraph filed
+/// under the reasoning item), and each rollout one node.
+#[tokio::test]
+async fn the_openai_sdk_reads_every_order_of_streamed_items() {
+    let clients = clients();
+    let call = |query: &str| {
+        let call = json!({"name": "lookup", "arguments": {"query": query}});
+        format!("<tool_call>\n{call}\n</tool_call>")
+    };
+    let (proxy, log) = proxy_with_script(move |text| {
+        let asked = text.rsplit("order: ").next().unwrap_or("");
+        let order: String = asked
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic() || *c == '-')
+            .collect();
+        let items = match order.as_str() {
+            "reasoning-text" => "<think>\nTwo and two.\n</think>\n\nIt is 4.".to_string(),
+            "reasoning-call" => format!("<think>\nI should look.\n</think>\n\n{}", call("a")),
+            "text-call" => format!("Let me check.\n{}", call("a")),
+            _ => format!("{}\n{}", call("a"), call("b")),
+        };
+        format!("{items}<|im_end|>")
+    });
+    let sessions = python_scenarios(&clients.python, "responses_item_orders.py", &proxy);
+    assert_eq!(sessions.len(), 4, "{sessions:?}");
+    for (order, uuid) in sessions {
+        let nodes = proxy.nodes(&uuid).await;
+        assert_eq!(nodes.len(), 1, "{order}");
+        assert_sampled_by_upstream(&nodes[0], &log);
+    }
+}

@@ -162,11 +162,12 @@ impl EventWriter {
     /// The open item of `kind` (opening it, and closing another, when needed): its id and
     /// output index.
     fn open_item(&mut self, out: &mut Vec<u8>, kind: Kind) -> (String, usize) {
-        let index = self.output.len();
         if let Some(open) = self.open.as_ref().filter(|open| open.kind == kind) {
-            return (open.id.clone(), index);
+            return (open.id.clone(), self.output.len());
         }
+        // Closing the other item counts it: the new one's index is taken after.
         self.close(out);
+        let index = self.output.len();
         let (id, item, part) = match kind {
             Kind::Reasoning => {
                 let id = item_id("rs");
