@@ -161,7 +161,12 @@ async fn sglang_and_vllm_get_the_grammar_in_their_fields() {
     let sglang = upstream_request(Wire::Sglang, question(json!({"tool_choice": named}))).await;
     let ebnf = sglang["sampling_params"]["ebnf"].as_str().unwrap();
     assert!(ebnf.starts_with("root ::= "), "{ebnf}");
-    // Qwen3 may think first; the call follows in Hermes' tags.
+    // Qwen3 may think first, and then writes "\n\n" (one token) before the call: allowed.
+    assert!(
+        ebnf.contains(r#"think-end ::= "</think>" ( "\n\n" | ws )"#),
+        "{ebnf}"
+    );
+    // The call follows in Hermes' tags.
     assert!(
         ebnf.contains("\"<think>\"") && ebnf.contains("\"<tool_call>\\n\""),
         "{ebnf}"
@@ -307,11 +312,23 @@ async fn what_cannot_be_enforced_is_refused_naming_the_option() {
 fn grammar_cases() -> Vec<Value> {
     use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
     use rollout_proxy::grammar::{Reasoning, for_request, gbnf};
-    let grammar = |extra: Value, format: &str, reasoning: Reasoning| {
+    let with_separator = |extra: Value, format: &str, reasoning: Reasoning, separator| {
         let body: ChatCompletionBody = serde_json::from_value(question(extra)).unwrap();
         let request = ChatRequest::from_body(body, None).unwrap();
-        gbnf(&for_request(&request, format, reasoning).unwrap().unwrap())
+        gbnf(
+            &for_request(&request, format, reasoning, separator)
+                .unwrap()
+                .unwrap(),
+        )
     };
+    let grammar = |extra: Value, format: &str, reasoning: Reasoning| {
+        with_separator(extra, format, reasoning, None)
+    };
+    // What Qwen3's template writes between its think block and a call: one token, "\n\n".
+    let qwen3 =
+        rollout_proxy::template::load_template(None, Some(&fixture_model("qwen3"))).unwrap();
+    let separator = rollout_proxy::tools::detect::think_separator(&qwen3);
+    assert_eq!(separator.as_deref(), Some("\n\n"));
     let named = json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
     let required = json!({"tool_choice": "required"});
     let hermes = |arguments: &str| {
@@ -335,6 +352,10 @@ fn grammar_cases() -> Vec<Value> {
             "accept": [format!("<think>a < b, </x></think>\n{paris}"), format!("{paris}\n{time}"),
                 time],
             "reject": [format!("<think>x</think>It is sunny.")]}),
+        json!({"name": "hermes, required, thinking, Qwen3's separator",
+            "grammar": with_separator(required.clone(), "hermes", Reasoning::MayOpen, separator.as_deref()),
+            "accept": [format!("<think>x</think>\n\n{paris}"), format!("<think>x</think>\n{paris}"), time.to_string()],
+            "reject": [format!("<think>x</think>\n\n\n\n{paris}")]}),
         json!({"name": "hermes, required, in an opened block", "grammar": grammar(required, "hermes", Reasoning::Open),
             "accept": [format!("a < b, </x></think>\n{paris}"), format!("</think>{time}")],
             "reject": [paris.clone(), "x</think>It is sunny.".to_string()]}),

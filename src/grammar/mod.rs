@@ -57,6 +57,10 @@ pub enum GrammarError {
     },
 }
 
+/// The longest text a template may write between a think block and a call that the grammar
+/// takes as is (a longer one is not a separator).
+const MAX_SEPARATOR: usize = 16;
+
 /// Where a reply stands toward a `<think>` block when sampling starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reasoning {
@@ -70,11 +74,14 @@ pub enum Reasoning {
 }
 
 /// The constraint `request` asks for in a session whose tool-call format is `format`, if any;
-/// `reasoning` says whether a forced call may or must follow a `<think>` block.
+/// `reasoning` says whether a forced call may or must follow a `<think>` block, and
+/// `separator` what the template writes between that block and a call (Qwen3: `"\n\n"`, one
+/// token), allowed besides the usual whitespace.
 pub fn for_request(
     request: &ChatRequest,
     format: &str,
     reasoning: Reasoning,
+    separator: Option<&str>,
 ) -> Result<Option<Constraint>, GrammarError> {
     let forced = matches!(
         request.tool_choice,
@@ -82,7 +89,7 @@ pub fn for_request(
     );
     let callable = request.callable_tools();
     if forced && !callable.is_empty() {
-        return forced_call(request, &callable, format, reasoning).map(Some);
+        return forced_call(request, &callable, format, (reasoning, separator)).map(Some);
     }
     for_response_format(&request.response_format)
 }
@@ -118,7 +125,7 @@ fn forced_call(
     request: &ChatRequest,
     callable: &[String],
     format: &str,
-    reasoning: Reasoning,
+    (reasoning, separator): (Reasoning, Option<&str>),
 ) -> Result<Constraint, GrammarError> {
     let declared = request.tools.as_ref().map(|tools| tools.json().clone());
     let functions: Vec<calls::Callable> = declared
@@ -148,17 +155,19 @@ fn forced_call(
         }
     })?;
     fits(&grammar, "tool_choice")?;
-    let think_text = r#"( [^<] | "<" [^/] | "</" [^t] )*"#;
+    if reasoning != Reasoning::None {
+        grammar.shared("think-text", r#"( [^<] | "<" [^/] | "</" [^t] )*"#);
+        let written = separator.filter(|s| !s.is_empty() && s.len() <= MAX_SEPARATOR);
+        let end = match written {
+            Some(separator) => format!(r#"( {} | ws )"#, gbnf::literal(separator)),
+            None => "ws".to_string(),
+        };
+        grammar.shared("think-end", &format!(r#""</think>" {end}"#));
+    }
     let root = match reasoning {
         Reasoning::None => calls,
-        Reasoning::MayOpen => {
-            grammar.shared("think-text", think_text);
-            format!(r#"( "<think>" think-text "</think>" ws )? {calls}"#)
-        }
-        Reasoning::Open => {
-            grammar.shared("think-text", think_text);
-            format!(r#"think-text "</think>" ws {calls}"#)
-        }
+        Reasoning::MayOpen => format!(r#"( "<think>" think-text think-end )? {calls}"#),
+        Reasoning::Open => format!(r#"think-text think-end {calls}"#),
     };
     Ok(Constraint::Grammar(grammar.finish(&root)))
 }
@@ -186,7 +195,7 @@ mod tests {
         let named = request(json!({"tool_choice": {"type": "function",
             "function": {"name": "get_weather"}}}));
         let Some(Constraint::Grammar(grammar)) =
-            for_request(&named, "hermes", Reasoning::None).unwrap()
+            for_request(&named, "hermes", Reasoning::None, None).unwrap()
         else {
             panic!("no grammar");
         };
@@ -200,12 +209,12 @@ mod tests {
     fn a_block_the_prompt_opened_must_close_before_the_call() {
         let required = request(json!({"tool_choice": "required"}));
         let grammar = gbnf(
-            &for_request(&required, "hermes", Reasoning::Open)
+            &for_request(&required, "hermes", Reasoning::Open, None)
                 .unwrap()
                 .unwrap(),
         );
         assert!(
-            grammar.starts_with(r#"root ::= think-text "</think>" ws call"#),
+            grammar.starts_with(r#"root ::= think-text think-end call"#),
             "{grammar}"
         );
     }
@@ -214,7 +223,7 @@ mod tests {
     fn required_allows_any_callable_tool_and_several_calls() {
         let required = request(json!({"tool_choice": "required"}));
         let grammar = gbnf(
-            &for_request(&required, "hermes", Reasoning::MayOpen)
+            &for_request(&required, "hermes", Reasoning::MayOpen, None)
                 .unwrap()
                 .unwrap(),
         );
@@ -223,12 +232,11 @@ mod tests {
             "{grammar}"
         );
         assert!(
-            grammar.starts_with(
-                r#"root ::= ( "<think>" think-text "</think>" ws )? call ( "\n" call )*"#
-            ),
+            grammar
+                .starts_with(r#"root ::= ( "<think>" think-text think-end )? call ( "\n" call )*"#),
             "{grammar}"
         );
-        let error = for_request(&required, "mistral", Reasoning::None)
+        let error = for_request(&required, "mistral", Reasoning::None, None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -236,7 +244,7 @@ mod tests {
             "{error}"
         );
         assert_eq!(
-            for_request(&request(json!({})), "mistral", Reasoning::None).unwrap(),
+            for_request(&request(json!({})), "mistral", Reasoning::None, None).unwrap(),
             None
         );
     }
@@ -246,7 +254,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}});
         let asked = request(json!({"response_format": {"type": "json_schema",
             "json_schema": {"name": "a", "schema": schema}}}));
-        let constraint = for_request(&asked, "hermes", Reasoning::None)
+        let constraint = for_request(&asked, "hermes", Reasoning::None, None)
             .unwrap()
             .unwrap();
         assert_eq!(constraint, Constraint::JsonSchema(schema));
@@ -254,7 +262,7 @@ mod tests {
         assert!(gbnf(&constraint).contains(r#""\"answer\"" ws ":" ws integer"#));
         let object = request(json!({"response_format": {"type": "json_object"}}));
         assert_eq!(
-            for_request(&object, "hermes", Reasoning::None).unwrap(),
+            for_request(&object, "hermes", Reasoning::None, None).unwrap(),
             Some(Constraint::JsonSchema(json!({"type": "object"})))
         );
     }
@@ -280,6 +288,7 @@ mod tests {
             &ChatRequest::from_body(forced, None).unwrap(),
             "hermes",
             Reasoning::None,
+            None,
         )
         .unwrap_err();
         assert!(error.to_string().starts_with("tool_choice: "), "{error}");
@@ -291,6 +300,7 @@ mod tests {
             &ChatRequest::from_body(formatted, None).unwrap(),
             "hermes",
             Reasoning::None,
+            None,
         )
         .unwrap_err();
         assert!(

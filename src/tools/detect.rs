@@ -63,6 +63,34 @@ pub fn written_format(template: &ChatTemplate) -> Result<Option<&'static str>, T
     }
 }
 
+/// What `template` writes between an assistant's think block and its call (Qwen3: `"\n\n"`),
+/// when it renders reasoning beside a call and writes only whitespace there; `None` otherwise.
+/// A grammar that forces a call after reasoning must allow it: it is often one token.
+pub fn think_separator(template: &ChatTemplate) -> Option<String> {
+    let tools = Arc::new(probe_tools());
+    let user = json!({"role": "user", "content": "What is the weather in Paris?"});
+    let call = json!({"role": "assistant", "content": "", "reasoning_content": "Look it up.",
+        "tool_calls": [{"id": "call_0", "type": "function",
+            "function": {"name": PROBE_NAME, "arguments": probe_arguments()}}]});
+    call_message_forms(&call).into_iter().find_map(|call| {
+        let history = template
+            .render(RenderRequest {
+                messages: &json_value(&json!([user, call])),
+                tools: Some(&tools),
+                add_generation_prompt: false,
+                kwargs: None,
+            })
+            .ok()?;
+        let (_, after) = history
+            .split_once("Look it up.")?
+            .1
+            .split_once("</think>")?;
+        let separator: String = after.chars().take_while(|c| c.is_whitespace()).collect();
+        let rest = &after[separator.len()..];
+        (!separator.is_empty() && format_reading(rest).is_some()).then_some(separator)
+    })
+}
+
 /// An assistant message with calls in each form templates write calls for: as given (with
 /// the arguments as a mapping), with `content: null`, and with `content: null` and the
 /// arguments as JSON text.

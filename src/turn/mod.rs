@@ -158,6 +158,9 @@ pub struct TurnContext {
     /// vocabulary, else the one the template writes ([`crate::tools::detect`]), else the
     /// registry's default.
     pub default_tool_format: ToolFormat,
+    /// What the template writes between a think block and a call, which a forced call's
+    /// grammar allows ([`crate::tools::detect::think_separator`]).
+    pub think_separator: Option<String>,
     /// Turns may render only the end of their conversation ([`tail`]): the template's text
     /// after a sampled turn proved the same on `check-template`'s shapes at start-up. Turned
     /// off for good when a check against a full render disagrees (or by `--full-render`).
@@ -184,9 +187,11 @@ impl TurnContext {
             tool_parser = default_tool_format.name(),
             "default tool-call format"
         );
+        let think_separator = crate::tools::detect::think_separator(&template);
         let ctx = Self {
             harmony,
             default_tool_format,
+            think_separator,
             template,
             tokenizer,
             placeholders: Placeholders::new(),
@@ -227,7 +232,12 @@ impl TurnContext {
         prompt: &[u32],
     ) -> Result<SamplingParams, TurnError> {
         Ok(SamplingParams {
-            constraint: crate::grammar::for_request(request, format, self.reasoning_at(prompt))?,
+            constraint: crate::grammar::for_request(
+                request,
+                format,
+                self.reasoning_at(prompt),
+                self.think_separator.as_deref(),
+            )?,
             ..request.params.clone()
         })
     }
