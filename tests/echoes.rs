@@ -293,11 +293,16 @@ async fn claude_code_fills_in_schema_defaults_and_writes_numbers_by_value() {
 
 /// A Responses session whose first turn called `get_weather`: its output items.
 async fn responses_call() -> (Tokenizer, Proxy, String, Value) {
+    responses_call_after(json!({}), "Let me check.\n").await
+}
+
+/// The same in a session created with `options`, the model writing `preamble` before its call.
+async fn responses_call_after(options: Value, preamble: &str) -> (Tokenizer, Proxy, String, Value) {
     let (tok, proxy) = qwen3_proxy();
-    let uuid = proxy.session(json!({})).await;
+    let uuid = proxy.session(options).await;
     proxy
         .worker
-        .push_sample(call_sample(&tok, "get_weather", ARGUMENTS));
+        .push_sample(said_then_call(&tok, preamble, "get_weather", ARGUMENTS));
     let (status, reply) = proxy
         .post(&format!("/{uuid}/v1/responses"), responses_turn(vec![]))
         .await;
@@ -383,6 +388,71 @@ async fn the_agents_sdk_reorders_item_keys() {
             .collect();
         keys.sort_by(|a, b| a.0.cmp(&b.0));
         *item = Value::Object(keys.into_iter().collect());
+    });
+    let nodes = hand_back_items(&tok, &proxy, &uuid, echoed, None).await;
+    assert_one_node(&nodes, Value::Null);
+}
+
+/// Shapes agent frameworks send that must not change a rollout (seen running the OpenAI
+/// Agents SDK, LangGraph, pydantic-ai and LiteLLM): `max_completion_tokens` for `max_tokens`,
+/// `strict` tools that forbid extra properties, an explicit `content: null` beside the calls,
+/// and the agent's `name` on its own messages.
+#[tokio::test]
+async fn agent_frameworks_chat_shapes_keep_one_node() {
+    let (tok, proxy) = qwen3_proxy();
+    let uuid = proxy.session(json!({})).await;
+    let mut tools = weather_tools();
+    tools[0]["function"]["strict"] = json!(true);
+    tools[0]["function"]["parameters"]["additionalProperties"] = json!(false);
+    let user = json!({"role": "user", "content": "Weather in Zürich?"});
+    proxy
+        .worker
+        .push_sample(said_then_call(&tok, "", "get_weather", ARGUMENTS));
+    let body = json!({"messages": [user], "tools": tools, "max_completion_tokens": 77});
+    let (status, reply) = proxy.chat(&uuid, body).await;
+    assert_eq!(status, 200, "{reply}");
+    let sent = proxy.worker.requests().pop().unwrap();
+    assert_eq!(sent["sampling_params"]["max_new_tokens"], 77, "{sent}");
+    let message = &reply["choices"][0]["message"];
+    let echoed = json!({"role": "assistant", "name": "weather_agent", "content": null,
+        "tool_calls": message["tool_calls"]});
+    let id = &message["tool_calls"][0]["id"];
+    let result = json!({"role": "tool", "tool_call_id": id, "content": "sunny"});
+    proxy.worker.push_sample(answer(&tok));
+    let body = json!({"messages": [user, echoed, result], "tools": tools,
+        "max_completion_tokens": 77});
+    let (status, reply) = proxy.chat(&uuid, body).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_one_node(&proxy.nodes(&uuid).await, Value::Null);
+}
+
+/// Responses items handed back without the `id` and `status` the proxy gave them, reasoning
+/// with `encrypted_content: null` (LiteLLM's and pydantic-ai's dumps): still one node.
+#[tokio::test]
+async fn responses_items_without_ids_and_with_null_encrypted_content_keep_one_node() {
+    let thinking = "<think>\nLook it up.\n</think>\n\n";
+    let (tok, proxy, uuid, output) =
+        responses_call_after(json!({"reasoning": true}), thinking).await;
+    let kinds: Vec<&Value> = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["type"])
+        .collect();
+    assert_eq!(
+        kinds,
+        [&json!("reasoning"), &json!("function_call")],
+        "{output}"
+    );
+    let echoed = each_item(&output, |item| {
+        let fields = item.as_object_mut().unwrap();
+        if fields["type"] == "function_call" {
+            fields.remove("id");
+            fields.remove("status");
+        }
+        if fields["type"] == "reasoning" {
+            fields.insert("encrypted_content".into(), Value::Null);
+        }
     });
     let nodes = hand_back_items(&tok, &proxy, &uuid, echoed, None).await;
     assert_one_node(&nodes, Value::Null);
