@@ -210,20 +210,23 @@ impl Settings {
             None => None,
         };
         let engine = embedded.map(|e| e.engine);
-        let probe = Probe {
-            expected: tokenizer.encode(PROBE_TEXT)?,
+        // A tokenizer that cannot encode the probe leaves the servers unchecked, not the
+        // proxy unstarted.
+        let probe = tokenizer.encode(PROBE_TEXT).ok().map(|expected| Probe {
+            expected,
             tokenizer: tokenizer_dir
                 .as_deref()
                 .map_or_else(|| local_name.clone(), |d| d.display().to_string()),
-        };
+        });
         let factory = default_factory(given_model.clone(), &local_name, tokenizer.clone(), engine);
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let server_count = servers.len();
-        let backends = Arc::new(
-            Pool::new(self.config.pool.clone(), factory, servers)
-                .with_metrics(metrics.clone())
-                .with_probe(probe),
-        );
+        let mut pool =
+            Pool::new(self.config.pool.clone(), factory, servers).with_metrics(metrics.clone());
+        if let Some(probe) = probe {
+            pool = pool.with_probe(probe);
+        }
+        let backends = Arc::new(pool);
         // Servers that answer now say which model they serve and their context; the others
         // are asked once their health probe passes.
         backends.describe_all(DESCRIBE_AT_START).await;

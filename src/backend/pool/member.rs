@@ -92,12 +92,13 @@ impl Member {
             None => None,
             Some(probe) => match self.client.tokenize(PROBE_TEXT).await {
                 Ok(Some(ids)) => probe.mismatch(self.base_url(), &ids),
-                // No tokenize route: nothing to compare.
-                Ok(None)
-                | Err(BackendError::Status {
-                    status: 404 | 405 | 501,
-                    ..
-                }) => None,
+                // No tokenize route, or one that takes other requests: nothing to compare.
+                Ok(None) => None,
+                Err(BackendError::Status { status, .. })
+                    if (400..500).contains(&status) || status == 501 =>
+                {
+                    None
+                }
                 Err(error) => {
                     tracing::debug!(backend = %self.base_url(), %error, "cannot tokenize the probe yet");
                     return;
