@@ -13,8 +13,6 @@ JSON object naming them.
 
 import asyncio
 import json
-import sys
-import urllib.request
 
 import openai
 from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
@@ -23,20 +21,12 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from proxy_session import BASE, new_session
 
-BASE = sys.argv[1]
 SECRET = "The secret word is MANGO"
 QUESTION = "What is the secret word? Look it up."
 ANSWER = "The secret word is MANGO."
 set_tracing_disabled(True)
-
-
-def new_session():
-    request = urllib.request.Request(
-        f"{BASE}/sessions/create", data=b"{}", headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(request) as reply:
-        return json.load(reply)["uuid"]
 
 
 @tool

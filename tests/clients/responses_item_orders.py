@@ -9,24 +9,10 @@ last line printed is a JSON object naming each order's session, so the test can 
 """
 
 import json
-import sys
-import urllib.request
 
 import openai
+from proxy_session import BASE, RESPONSES_TOOLS, new_session
 
-BASE = sys.argv[1]
-TOOLS = [
-    {
-        "type": "function",
-        "name": "lookup",
-        "description": "Looks a word up",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}},
-            "required": ["query"],
-        },
-    }
-]
 # The item types each order gives, as the final response lists them.
 ORDERS = {
     "reasoning-text": ["reasoning", "message"],
@@ -36,20 +22,10 @@ ORDERS = {
 }
 
 
-def new_session():
-    request = urllib.request.Request(
-        f"{BASE}/sessions/create",
-        data=json.dumps({"reasoning": True}).encode(),
-        headers={"content-type": "application/json"},
-    )
-    with urllib.request.urlopen(request) as reply:
-        return json.load(reply)["uuid"]
-
-
 def streamed(order):
-    uuid = new_session()
+    uuid = new_session({"reasoning": True})
     client = openai.OpenAI(base_url=f"{BASE}/{uuid}/v1", api_key="test")
-    with client.responses.stream(model="gpt-5", tools=TOOLS, input=f"order: {order}") as stream:
+    with client.responses.stream(model="gpt-5", tools=RESPONSES_TOOLS, input=f"order: {order}") as stream:
         events = list(stream)
         response = stream.get_final_response()
     # Each item is announced at the next free index, and every event of an item carries it.

@@ -8,22 +8,12 @@ a JSON object naming them, so the test can check their nodes.
 """
 
 import json
-import sys
-import urllib.request
 
 import anthropic
 import openai
+from proxy_session import BASE, RESPONSES_TOOLS, new_session
 
-BASE = sys.argv[1]
 SECRET = "The secret word is MANGO"
-
-
-def new_session():
-    request = urllib.request.Request(
-        f"{BASE}/sessions/create", data=b"{}", headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(request) as reply:
-        return json.load(reply)["uuid"]
 
 
 ANTHROPIC_TOOLS = [
@@ -31,18 +21,6 @@ ANTHROPIC_TOOLS = [
         "name": "lookup",
         "description": "Looks a word up",
         "input_schema": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}},
-            "required": ["query"],
-        },
-    }
-]
-RESPONSES_TOOLS = [
-    {
-        "type": "function",
-        "name": "lookup",
-        "description": "Looks a word up",
-        "parameters": {
             "type": "object",
             "properties": {"query": {"type": "string"}},
             "required": ["query"],
