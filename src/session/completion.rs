@@ -1,7 +1,7 @@
 //! Records of what the model sampled, so assistant messages sent back can be mapped to the
 //! exact ids (inbound reconstruction) instead of being re-rendered and re-tokenized.
 
-use super::node::Span;
+use super::ids::Span;
 use std::hash::{Hash, Hasher};
 
 /// Index of a completion within its session.

@@ -9,6 +9,15 @@
 
 use std::ops::Range;
 
+/// A half-open range of token positions the model sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// First position.
+    pub start: u32,
+    /// One past the last position.
+    pub end: u32,
+}
+
 /// Bits of an id in a narrow block.
 const NARROW_BITS: usize = 18;
 

@@ -14,9 +14,8 @@ pub mod responses;
 mod reward;
 
 pub use completion::{CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall};
-pub use node::{
-    Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, Span, TurnRecord,
-};
+pub use ids::Span;
+pub use node::{Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, TurnRecord};
 pub use record::{
     CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply, fits,
 };

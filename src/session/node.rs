@@ -5,20 +5,11 @@
 //! `masked_tokens` and `full_text` are derived when a trainer asks.
 
 use super::completion::CompletionId;
-use super::ids::TokenIds;
+use super::ids::{Span, TokenIds};
 use crate::generation::RoutedExperts;
 use serde::Serialize;
 use std::ops::Range;
 use std::sync::Arc;
-
-/// A half-open range of token positions the model sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
-    /// First position.
-    pub start: u32,
-    /// One past the last position.
-    pub end: u32,
-}
 
 /// How to recognise, on a later turn, the rendered text that came before a sampled turn.
 ///

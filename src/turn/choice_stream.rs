@@ -4,7 +4,6 @@
 use super::reply::{
     CallIds, Finish, Reply, ReturnedCall, cut_at_stop, end_token_text, shown_markers,
 };
-use super::stream::Delta;
 use crate::chat::ChatRequest;
 use crate::generation::{FinishReason, Generation, StopMatch};
 use crate::reasoning::{Part, ReasoningStream, ReasoningSyntax};
@@ -12,6 +11,22 @@ use crate::tokenizer::{TextStream, Tokenizer};
 use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
 use std::sync::Arc;
+
+/// A piece of a choice's reply, in document order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// Reasoning text (only when the session returns reasoning separately).
+    Reasoning(String),
+    /// Visible text.
+    Text(String),
+    /// A tool call, complete: sent once its markup is. `index` counts the choice's calls.
+    Call {
+        /// Position among the choice's calls.
+        index: usize,
+        /// The call.
+        call: ReturnedCall,
+    },
+}
 
 /// The streaming state of one choice.
 pub struct ChoiceStream<'t> {

@@ -37,12 +37,13 @@ mod tail;
 mod template_history;
 mod text_prompt;
 
+pub use choice_stream::Delta;
 pub use commit::commit;
 pub use pipeline::{Pipeline, RenderedTurn};
 pub use plan::{Base, Plan, RenderedPrompt, TailRender, prepare, tail_agrees};
 pub use render::GenerationPrompts;
 pub use reply::{CallIds, Finish, Reply, ReplyPart, ReturnedCall};
-pub use stream::{Delta, SampledTokens, TurnEvent, TurnStream};
+pub use stream::{SampledTokens, TurnEvent, TurnStream};
 pub use text_prompt::{TextPrompt, prepare_text};
 
 use crate::backend::BackendError;

@@ -3,8 +3,8 @@
 //! receiver, which ends the task, which drops the backend streams (cancelling the requests)
 //! and leaves the session as it was.
 
-use super::choice_stream::ChoiceStream;
-use super::reply::{CallIds, Finish, ReturnedCall};
+use super::choice_stream::{ChoiceStream, Delta};
+use super::reply::{CallIds, Finish};
 use super::{ChoiceOutput, Pipeline, Plan, TurnError, Usage};
 use crate::backend::{BackendError, EventStream};
 use crate::chat::ChatRequest;
@@ -27,22 +27,6 @@ const KEEP_ALIVE: Duration = Duration::from_millis(400);
 /// (429, 503, 502) is an ordinary error; a longer wait (a full pool's queue) happens inside the
 /// event stream, with keep-alives, and a refusal then arrives as [`TurnEvent::Failed`].
 const OPEN_GRACE: Duration = Duration::from_secs(1);
-
-/// A piece of a choice's reply, in document order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Delta {
-    /// Reasoning text (only when the session returns reasoning separately).
-    Reasoning(String),
-    /// Visible text.
-    Text(String),
-    /// A tool call, complete: sent once its markup is. `index` counts the choice's calls.
-    Call {
-        /// Position among the choice's calls.
-        index: usize,
-        /// The call.
-        call: ReturnedCall,
-    },
-}
 
 /// Tokens one choice sampled since its previous event, with the backend's logprobs.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,7 @@
 //! `POST /{uuid}/v1/chat/completions` and its `/render` twin: the OpenAI chat wire format
 //! in and out, around one turn of the pipeline.
 
-use super::{ChatLogprobs, chat_logprobs, envelope};
+use super::{ChatLogprobs, ToolCallOut, chat_logprobs, envelope};
 use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::generation::StopMatch;
 use crate::http::body::{json_response, json_with_ids, read_json};
@@ -9,7 +9,7 @@ use crate::http::{ApiError, AppState};
 use crate::metrics::Stage;
 use crate::session::Session;
 use crate::session::replies::TurnKey;
-use crate::turn::{Reply, ReturnedCall, TurnOutput};
+use crate::turn::{Reply, TurnOutput};
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use std::sync::Arc;
@@ -110,21 +110,6 @@ pub struct ChatReplyMessage<'a> {
     tool_calls: Vec<ToolCallOut<'a>>,
 }
 
-/// A returned tool call, OpenAI-shaped.
-#[derive(Debug, Serialize)]
-pub struct ToolCallOut<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: FunctionOut<'a>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct FunctionOut<'a> {
-    name: &'a str,
-    arguments: &'a str,
-}
-
 /// The `message` of the choice shown for `reply`.
 pub fn chat_message(reply: &Reply) -> ChatReplyMessage<'_> {
     ChatReplyMessage {
@@ -135,26 +120,12 @@ pub fn chat_message(reply: &Reply) -> ChatReplyMessage<'_> {
     }
 }
 
-impl<'a> ToolCallOut<'a> {
-    /// The wire form of a returned call.
-    pub fn of(call: &'a ReturnedCall) -> Self {
-        ToolCallOut {
-            id: &call.id,
-            kind: "function",
-            function: FunctionOut {
-                name: &call.name,
-                arguments: &call.arguments,
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::generation::{FinishReason, Generation, StopMatch};
     use crate::tokenizer::Tokenizer;
-    use crate::turn::Finish;
+    use crate::turn::{Finish, ReturnedCall};
     use serde_json::json;
 
     #[test]

@@ -3,8 +3,7 @@
 //! when asked), a last chunk per choice with its finish reason, an optional usage chunk, then
 //! `data: [DONE]`. Failures after the stream began arrive as an `error` event.
 
-use super::chat::ToolCallOut;
-use super::{ChatLogprobs, Usage, chat_logprobs};
+use super::{ChatLogprobs, ToolCallOut, Usage, chat_logprobs};
 use crate::chat::ChatRequest;
 use crate::generation::StopMatch;
 use crate::http::body::json_with_ids;

@@ -8,7 +8,7 @@ pub mod completions;
 
 use crate::generation::Generation;
 use crate::tokenizer::Tokenizer;
-use crate::turn::{self, SampledTokens};
+use crate::turn::{self, ReturnedCall, SampledTokens};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
@@ -181,6 +181,35 @@ impl From<&turn::Usage> for Usage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: usage.prompt_tokens + usage.completion_tokens,
+        }
+    }
+}
+
+/// A returned tool call, OpenAI-shaped.
+#[derive(Debug, Serialize)]
+pub struct ToolCallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionOut<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FunctionOut<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl<'a> ToolCallOut<'a> {
+    /// The wire form of a returned call.
+    pub fn of(call: &'a ReturnedCall) -> Self {
+        ToolCallOut {
+            id: &call.id,
+            kind: "function",
+            function: FunctionOut {
+                name: &call.name,
+                arguments: &call.arguments,
+            },
         }
     }
 }
