@@ -15,14 +15,14 @@
 //! 5. **Draining**: a `POST` while the proxy drains is a 503 (see [`super::drain`]).
 //! 6. **Turns**: `Idempotency-Key` (see [`super::idempotency`]).
 
-use super::routes::{Access, RouteClass, Shape, Verb};
+use super::routes::{Access, RouteClass, Verb};
 use super::{ApiError, AppState};
 use actix_web::body::BoxBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING};
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, ResponseError, web};
+use actix_web::web;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where requests may come from, beyond the proxy's own origin and loopback names.
@@ -167,7 +167,7 @@ pub async fn check(
     };
     let refusal = refusal(&state, class, &request);
     if let Some(error) = refusal {
-        let response = refuse(class.shape, error);
+        let response = class.shape.refuse(error);
         return Ok(request.into_response(response));
     }
     if class.turn {
@@ -216,14 +216,6 @@ fn refusal(state: &AppState, class: RouteClass, request: &ServiceRequest) -> Opt
         }
     }
     None
-}
-
-/// `error` as a reply in the shape of `shape`.
-pub fn refuse(shape: Shape, error: ApiError) -> HttpResponse {
-    match shape {
-        Shape::OpenAi => error.error_response(),
-        Shape::Anthropic => super::anthropic::AnthropicError::from(error).error_response(),
-    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@
 //! the node holds. A turn that failed recorded nothing, keeps nothing, and its retry runs
 //! anew.
 
-use super::guard::refuse;
 use super::routes::Shape;
 use super::{ApiError, AppState};
 use crate::session::replies::{KeySlot, RecordedReply, TurnKey};
@@ -57,7 +56,7 @@ pub async fn once_per_key(
         body.extend_from_slice(&chunk?);
         if body.len() > state.max_body_bytes {
             let error = super::body::too_large(state.max_body_bytes);
-            return Ok(request.into_response(refuse(shape, error)));
+            return Ok(request.into_response(shape.refuse(error)));
         }
     }
     let body = Bytes::from(body);
@@ -81,7 +80,7 @@ pub async fn once_per_key(
             "invalid_request_error",
             format!("Idempotency-Key '{key}' was used with another request body"),
         );
-        return Ok(request.into_response(refuse(shape, error)));
+        return Ok(request.into_response(shape.refuse(error)));
     }
     if let Some(reply) = &slot.reply {
         let response =

@@ -142,7 +142,7 @@ fn method_not_allowed(
         "invalid_request_error",
         format!("{} is not allowed on {}", request.method(), request.path()),
     );
-    guard::refuse(class.shape, error)
+    class.shape.refuse(error)
 }
 
 impl AppState {

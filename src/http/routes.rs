@@ -27,6 +27,17 @@ pub enum Shape {
     Anthropic,
 }
 
+impl Shape {
+    /// `error` as a reply in this shape.
+    pub fn refuse(self, error: super::ApiError) -> actix_web::HttpResponse {
+        use actix_web::ResponseError;
+        match self {
+            Shape::OpenAi => error.error_response(),
+            Shape::Anthropic => anthropic::AnthropicError::from(error).error_response(),
+        }
+    }
+}
+
 /// The methods routes are served by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
