@@ -10,7 +10,7 @@
 //! ([`crate::checker::tail_renders_hold`]); every sixteenth such turn a session also renders in
 //! full and compares (a mismatch uses the full render and is counted).
 
-use super::plan::{Base, Plan, RenderedPrompt};
+use super::planned::{Base, Plan, RenderedPrompt, chain_candidate};
 use super::{TurnContext, TurnError};
 use crate::chat::{ChatMessage, ChatRequest, Role};
 use crate::session::{CompletionId, SessionState};
@@ -85,8 +85,7 @@ pub fn plan(
         .get(&completion)
         .is_some_and(|before| before.messages == last && before.digest == digests[last]);
     let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
-    let Some(node) = (unchanged.then(|| super::plan::chain_candidate(state, &sampled))).flatten()
-    else {
+    let Some(node) = (unchanged.then(|| chain_candidate(state, &sampled))).flatten() else {
         return Ok(None);
     };
     let Some(tail) = render(&kept_messages(&request.messages, last))? else {

@@ -2,7 +2,7 @@
 //! `history: "template"` (the node is extended only where that rendering starts with it), and
 //! the fallback for a template that does not reproduce the sampled turns' placeholders.
 
-use super::plan::{Base, Plan, RenderedPrompt, chain_candidate, history_entries};
+use super::planned::{Base, Plan, RenderedPrompt, chain_candidate, history_entries};
 use super::segments::generation_check;
 use super::{TurnContext, TurnError};
 use crate::chat::ChatRequest;
