@@ -102,16 +102,18 @@ impl Writer<'_> {
                 calls.filter_map(move |(i, call)| Some((c, i, call.echo.as_ref()?)))
             })
             .collect();
-        let experts = record.choices.iter().any(|c| c.routed_experts.is_some());
-        let spans = experts || record.choices.iter().any(|c| !c.weight_spans.is_empty());
-        let echoes = spans || !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
-        if record.key.is_some() || !healed.is_empty() || echoes {
+        // Each section is written when it or any section after it has something to say.
+        let with_experts = record.choices.iter().any(|c| c.routed_experts.is_some());
+        let with_spans = with_experts || record.choices.iter().any(|c| !c.weight_spans.is_empty());
+        let with_echoes =
+            with_spans || !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
+        if record.key.is_some() || !healed.is_empty() || with_echoes {
             let key = record.key.as_ref();
             self.str(key.map_or("", |k| k.key.as_str()));
             self.u64(key.map_or(0, |k| k.body_hash));
         }
         // After the key, so records written before calls were healed across formats read.
-        if !healed.is_empty() || echoes {
+        if !healed.is_empty() || with_echoes {
             self.u32(healed.len() as u32);
             for (choice, call, format) in healed {
                 self.u32(choice as u32);
@@ -120,7 +122,7 @@ impl Writer<'_> {
             }
         }
         // After the healed calls, so records written before calls were recognised changed read.
-        if echoes {
+        if with_echoes {
             self.u32(echo_keys.len() as u32);
             for (choice, call, echo) in echo_keys {
                 self.u32(choice as u32);
@@ -137,7 +139,7 @@ impl Writer<'_> {
             }
         }
         // After the echoes, so records written before samples spanned weight updates read.
-        if spans {
+        if with_spans {
             for choice in &record.choices {
                 self.u32(choice.weight_spans.len() as u32);
                 for span in &choice.weight_spans {
@@ -148,7 +150,7 @@ impl Writer<'_> {
             }
         }
         // After the spans, so records written before experts were recorded read.
-        if experts {
+        if with_experts {
             for choice in &record.choices {
                 self.bool(choice.routed_experts.is_some());
                 if let Some(experts) = &choice.routed_experts {
