@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 fn context() -> TurnContext {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache/qwen3");
-    TurnContext::new(
+    let ctx = TurnContext::new(
         Arc::new(load_template(None, Some(&dir)).expect("run scripts/fetch-fixtures.sh")),
         Arc::new(Tokenizer::from_path(&dir).unwrap()),
-    )
+    );
+    ctx.set_tail_renders(rollout_proxy::checker::tail_renders_hold(&ctx));
+    ctx
 }
 
 /// The prompt that extends `state` for `req`, as the pipeline plans it.

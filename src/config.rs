@@ -244,9 +244,9 @@ impl Settings {
             pipeline: Pipeline {
                 context: {
                     let context = TurnContext::new(Arc::new(template), tokenizer);
-                    if self.full_render {
-                        context.set_tail_renders(false);
-                    }
+                    let tail = !self.full_render && crate::checker::tail_renders_hold(&context);
+                    tracing::info!(tail_renders = tail, "rendering only a conversation's end");
+                    context.set_tail_renders(tail);
                     context
                 },
                 backends,

@@ -184,7 +184,7 @@ pub fn check(
         template: ctx.template.name().to_string(),
         tool_format_written: written,
         default_tool_parser: format.name().to_string(),
-        tail_renders: ctx.tail_renders(),
+        tail_renders: tail_renders_agree(shapes.iter().flat_map(|s| &s.transitions)),
         summary: summary(&shapes, verdict),
         shapes,
         verdict,
@@ -196,12 +196,16 @@ pub fn check(
 /// lets sessions render tail-only ([`crate::turn::TailRender`]).
 pub fn tail_renders_hold(ctx: &TurnContext) -> bool {
     let format = ctx.default_tool_format.clone();
-    let outcomes: Vec<bool> = shapes::all()
+    let runs: Vec<simulate::ShapeRun> = shapes::all()
         .iter()
         .map(|shape| simulate::run(ctx, format.parser().as_ref(), shape))
-        .flat_map(|run| run.transitions)
-        .filter_map(|transition| transition.tail_render)
         .collect();
+    tail_renders_agree(runs.iter().flat_map(|run| &run.transitions))
+}
+
+/// Some transition allowed a tail render, and every one that did agreed with the full render.
+fn tail_renders_agree<'a>(transitions: impl Iterator<Item = &'a Transition>) -> bool {
+    let outcomes: Vec<bool> = transitions.filter_map(|t| t.tail_render).collect();
     !outcomes.is_empty() && outcomes.iter().all(|&agrees| agrees)
 }
 

@@ -164,9 +164,10 @@ pub struct TurnContext {
     /// What the template writes between a think block and a call, which a forced call's
     /// grammar allows ([`crate::tools::detect::think_separator`]).
     pub think_separator: Option<String>,
-    /// Turns may render only the end of their conversation ([`tail`]): the template's text
-    /// after a sampled turn proved the same on `check-template`'s shapes at start-up. Turned
-    /// off for good when a check against a full render disagrees (or by `--full-render`).
+    /// Turns may render only the end of their conversation ([`tail`]): off until whoever
+    /// builds the context turns it on (the server does when the template's text after a
+    /// sampled turn proved the same on `check-template`'s shapes at start-up, unless
+    /// `--full-render`). Turned off for good when a check against a full render disagrees.
     pub tail_renders: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -191,7 +192,7 @@ impl TurnContext {
             "default tool-call format"
         );
         let think_separator = crate::tools::detect::think_separator(&template);
-        let ctx = Self {
+        Self {
             harmony,
             default_tool_format,
             think_separator,
@@ -200,11 +201,7 @@ impl TurnContext {
             placeholders: Placeholders::new(),
             generation_prompts: Default::default(),
             tail_renders: Default::default(),
-        };
-        let hold = crate::checker::tail_renders_hold(&ctx);
-        ctx.set_tail_renders(hold);
-        tracing::info!(tail_renders = hold, "rendering only a conversation's end");
-        ctx
+        }
     }
 
     /// Whether turns may render only the end of their conversation.
