@@ -18,7 +18,10 @@ use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
-use rollout_proxy::turn::{ChoiceOutput, Plan, Reply, TailRender, TurnContext, commit, prepare};
+use rollout_proxy::turn::reply::CallIds;
+use rollout_proxy::turn::{
+    ChoiceOutput, ChoiceStream, Plan, Planner, TailRender, TurnContext, TurnRequest, commit,
+};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,16 +53,15 @@ fn plan_with(
     metrics: &Metrics,
     tail: TailRender,
 ) -> Plan {
-    prepare(
+    let planner = Planner {
         ctx,
         state,
-        req,
-        HistoryMode::Sampled,
-        &HermesParser,
+        request: req,
+        history: HistoryMode::Sampled,
+        parser: &HermesParser,
         metrics,
-        tail,
-    )
-    .unwrap()
+    };
+    planner.prepare(tail).unwrap()
 }
 
 fn request(messages: &[Value]) -> ChatRequest {
@@ -80,15 +82,19 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
     let mut turn = 0;
     loop {
         messages.push(json!({"role": "user", "content": format!("question {turn}: {filler}")}));
-        let plan = plan_turn(ctx, &state, &request(&messages), &Metrics::default());
+        let req = request(&messages);
+        let plan = plan_turn(ctx, &state, &req, &Metrics::default());
         let generation =
             Generation::new(answer.clone(), vec![-0.5; answer.len()], FinishReason::Stop);
+        let shaping = ChoiceStream::new(
+            &ctx.tokenizer,
+            Arc::new(HermesParser),
+            TurnRequest::Chat(&req),
+            None,
+            "bench".into(),
+        );
         let choice = ChoiceOutput {
-            reply: Reply::plain(
-                answer_text.clone(),
-                Some("<|im_end|>".into()),
-                FinishReason::Stop,
-            ),
+            reply: shaping.whole(generation.clone(), &mut CallIds::after(0, "call_")),
             generation,
             backend: "bench".into(),
         };

@@ -84,7 +84,8 @@ cpu() { sed -E 's/.*proxy CPU ([0-9.]+) ms.*/\1/'; }
 # against NAME COMMAND: one Atropos run of a round, and its CPU ratio to this round's ours.
 against() {
   local theirs
-  theirs=$(LOAD_R=400 LOAD_PROXY_CMD="$2" rust_load)
+  # No stream probes: they time our token events, which Atropos does not send.
+  theirs=$(LOAD_R=400 STREAM_PROBES=0 LOAD_PROXY_CMD="$2" rust_load)
   echo "  $1: $theirs"
   awk -v a="$(echo "$ours" | cpu)" -v b="$(echo "$theirs" | cpu)" -v n="$1" \
     'BEGIN { printf "  proxy CPU per turn, rollout-proxy vs %s: %.3f vs %.3f ms = 1/%.1f\n", n, a, b, b / a }'

@@ -294,6 +294,8 @@ pub enum StreamEvent {
         routed_experts: Option<RoutedExperts>,
         /// Prompt tokens served from the prefix cache.
         cached_tokens: Option<u32>,
+        /// The ids were recovered from text, not sampled as ids ([`Generation::approximate`]).
+        approximate: bool,
     },
 }
 
@@ -306,8 +308,14 @@ impl Generation {
                 logprobs,
                 top_logprobs,
             } => {
-                self.token_ids.extend(token_ids);
-                self.logprobs.extend(logprobs);
+                // A whole sample arrives as one event: taken, not copied.
+                match self.token_ids.is_empty() {
+                    true => (self.token_ids, self.logprobs) = (token_ids, logprobs),
+                    false => {
+                        self.token_ids.extend(token_ids);
+                        self.logprobs.extend(logprobs);
+                    }
+                }
                 if let Some(top) = top_logprobs {
                     self.top_logprobs.get_or_insert_with(Vec::new).extend(top);
                 }
@@ -319,7 +327,9 @@ impl Generation {
                 weight_spans,
                 routed_experts,
                 cached_tokens,
+                approximate,
             } => {
+                self.approximate = approximate;
                 self.finish_reason = finish_reason;
                 self.stop = stop;
                 self.weight_version = weight_version;
@@ -345,6 +355,7 @@ impl Generation {
                 weight_spans: self.weight_spans,
                 routed_experts: self.routed_experts,
                 cached_tokens: self.cached_tokens,
+                approximate: self.approximate,
             },
         ]
     }

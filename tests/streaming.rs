@@ -404,6 +404,70 @@ async fn several_choices_stream_side_by_side() {
     assert_eq!(proxy.nodes(&uuid).await.len(), 2);
 }
 
+/// A seed gives choice `i` the seed `seed + i` whether the reply is whole or streamed (as vLLM
+/// seeds the samples of one request), so a seeded turn samples the same choices either way;
+/// without a seed a whole reply's choices are one request's.
+#[tokio::test]
+async fn a_seeded_turn_samples_the_same_choices_whole_and_streamed() {
+    let proxy = Proxy::atropos();
+    let seeds_sent = |proxy: &Proxy| -> Vec<u64> {
+        let mut seeds: Vec<u64> = proxy
+            .worker
+            .requests()
+            .iter()
+            .filter_map(|r| r["sampling_params"]["sampling_seed"].as_u64())
+            .collect();
+        seeds.sort();
+        seeds
+    };
+    let ask = |stream: bool, seed: Option<u64>| {
+        let mut body = json!({"messages": [{"role": "user", "content": "count"}], "n": 2,
+            "stream": stream});
+        if let Some(seed) = seed {
+            body["seed"] = json!(seed);
+        }
+        body
+    };
+    for stream in [false, true] {
+        let uuid = proxy.session(json!({})).await;
+        proxy.worker.push_sample(Sample::stop(chars("one")));
+        proxy.worker.push_sample(Sample::stop(chars("two")));
+        let before = proxy.worker.requests().len();
+        let (status, raw) = match stream {
+            true => {
+                let path = format!("/{uuid}/v1/chat/completions");
+                let (status, raw, _) = proxy.post_stream(&path, ask(true, Some(7))).await;
+                (status, raw)
+            }
+            false => {
+                let (status, reply) = proxy.chat(&uuid, ask(false, Some(7))).await;
+                (status, reply.to_string())
+            }
+        };
+        assert_eq!(status, 200, "{raw}");
+        assert_eq!(proxy.worker.requests().len() - before, 2, "stream={stream}");
+        assert_eq!(proxy.nodes(&uuid).await.len(), 2);
+    }
+    assert_eq!(
+        seeds_sent(&proxy),
+        [7, 7, 8, 8],
+        "the same seeds, streamed or whole"
+    );
+
+    let uuid = proxy.session(json!({})).await;
+    let both = vec![Sample::stop(chars("one")), Sample::stop(chars("two"))];
+    proxy.worker.push(Reply::Samples(both));
+    let before = proxy.worker.requests().len();
+    let (status, reply) = proxy.chat(&uuid, ask(false, None)).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        proxy.worker.requests().len() - before,
+        1,
+        "one request for both"
+    );
+}
+
 /// A streamed request that waits in the pool's queue gets its response headers at once and
 /// keep-alive comments while it waits; a client that leaves while queued leaves the queue.
 #[tokio::test]

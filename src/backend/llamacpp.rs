@@ -203,6 +203,7 @@ impl LlamaCppBackend {
                     weight_spans: Vec::new(),
                     routed_experts: None,
                     cached_tokens: None,
+                    approximate: false,
                 });
             } else if chunk["stop"].as_bool() == Some(true) {
                 events.push(StreamEvent::Finished {
@@ -212,6 +213,7 @@ impl LlamaCppBackend {
                     weight_spans: Vec::new(),
                     routed_experts: None,
                     cached_tokens: chunk["tokens_cached"].as_u64().map(|n| n as u32),
+                    approximate: false,
                 });
             }
             Ok(events)

@@ -140,7 +140,7 @@ pub fn check(
     reference: Option<(&Path, &Path)>,
 ) -> Result<Report, ReferenceError> {
     let format = ctx.default_tool_format.clone();
-    let parser = format.parser().as_ref();
+    let parser = format.parser();
     let written = match ctx.harmony {
         true => Some("harmony"),
         false => crate::tools::detect::written_format(&ctx.template)
@@ -198,7 +198,7 @@ pub fn tail_renders_hold(ctx: &TurnContext) -> bool {
     let format = ctx.default_tool_format.clone();
     let runs: Vec<simulate::ShapeRun> = shapes::all()
         .iter()
-        .map(|shape| simulate::run(ctx, format.parser().as_ref(), shape))
+        .map(|shape| simulate::run(ctx, format.parser(), shape))
         .collect();
     tail_renders_agree(runs.iter().flat_map(|run| &run.transitions))
 }

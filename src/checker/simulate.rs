@@ -14,11 +14,14 @@ use crate::session::{HistoryMode, SessionState, TurnLabels};
 use crate::template::{RenderRequest, TemplateValue, json_value};
 use crate::tools::ToolParser;
 use crate::tools::detect::call_message_forms;
-use crate::turn::reply::{CallIds, Reply, shape as shape_reply};
-use crate::turn::{Base, ChoiceOutput, TailRender, TurnContext, commit, prepare, tail_agrees};
+use crate::turn::reply::{CallIds, Reply};
+use crate::turn::{
+    Base, ChoiceOutput, ChoiceStream, Planner, TailRender, TurnContext, TurnRequest, commit,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What running a shape showed.
 #[derive(Debug, Default)]
@@ -67,7 +70,7 @@ pub struct Transition {
 }
 
 /// Runs `shape` on a fresh session whose tool format is `parser`.
-pub fn run(ctx: &TurnContext, parser: &dyn ToolParser, shape: &Shape) -> ShapeRun {
+pub fn run(ctx: &TurnContext, parser: &Arc<dyn ToolParser>, shape: &Shape) -> ShapeRun {
     let mut run = ShapeRun::default();
     if let Err(error) = run_turns(ctx, parser, shape, &mut run) {
         run.error = Some(error);
@@ -77,10 +80,11 @@ pub fn run(ctx: &TurnContext, parser: &dyn ToolParser, shape: &Shape) -> ShapeRu
 
 fn run_turns(
     ctx: &TurnContext,
-    parser: &dyn ToolParser,
+    shared_parser: &Arc<dyn ToolParser>,
     shape: &Shape,
     run: &mut ShapeRun,
 ) -> Result<(), String> {
+    let parser = shared_parser.as_ref();
     let metrics = Metrics::default();
     let mut state = SessionState::default();
     let mut client: Vec<Value> = Vec::new();
@@ -100,19 +104,19 @@ fn run_turns(
         let rendered = render(ctx, &request, normalised(&client, shape)?, shape, true);
         run.renders.push(rendered.clone());
         let prompt = rendered.text?;
-        let plan = prepare(
+        let planner = Planner {
             ctx,
-            &state,
-            &request,
-            HistoryMode::Sampled,
+            state: &state,
+            request: &request,
+            history: HistoryMode::Sampled,
             parser,
-            &metrics,
-            TailRender::Never,
-        )
-        .map_err(|e| e.to_string())?;
+            metrics: &metrics,
+        };
+        let plan = planner
+            .prepare(TailRender::Never)
+            .map_err(|e| e.to_string())?;
         if let Some((before, earlier)) = sampled_turns.split_last() {
-            let tail_render =
-                tail_agrees(ctx, &state, &request, parser).map_err(|e| e.to_string())?;
+            let tail_render = planner.tail_agrees().map_err(|e| e.to_string())?;
             let locate = |at: usize| locate_message(ctx, &client, shape, before, at);
             run.transitions.push(Transition {
                 turn: before.turn,
@@ -137,14 +141,15 @@ fn run_turns(
         let generation = Generation::new(ids.clone(), vec![-0.1; ids.len()], FinishReason::Stop);
         let syntax = ctx.reasoning_syntax(true, &plan.prompt_ids);
         let mut call_ids = CallIds::after(state.issued_calls, "call_");
-        let reply = shape_reply(
+        let turn = TurnRequest::Chat(&request);
+        let shaping = ChoiceStream::new(
             &ctx.tokenizer,
-            parser,
-            &request,
-            &generation,
+            shared_parser.clone(),
+            turn,
             syntax,
-            &mut call_ids,
+            "".into(),
         );
+        let reply = shaping.whole(generation.clone(), &mut call_ids);
         let labels = TurnLabels {
             api: "check-template",
             ..TurnLabels::default()

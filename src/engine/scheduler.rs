@@ -379,6 +379,7 @@ impl Scheduler<'_> {
                 weight_spans: Vec::new(),
                 routed_experts: None,
                 cached_tokens: Some(active.cached as u32),
+                approximate: false,
             }));
         }
     }

@@ -102,6 +102,15 @@ impl ReasoningStream {
             Self::Harmony(stream) => stream.finish(),
         }
     }
+
+    /// Whether the reply has reasoning even where none of its text is (an empty `<think>`
+    /// block): [`split`] reports it as empty reasoning rather than none.
+    pub fn has_empty_block(&self) -> bool {
+        match self {
+            Self::Think(stream) => stream.has_block(),
+            Self::Harmony(_) => false,
+        }
+    }
 }
 
 fn non_empty(part: Part) -> Vec<Part> {
@@ -121,5 +130,9 @@ fn streamed(syntax: ReasoningSyntax, text: &str, size: usize) -> (Option<String>
         .flat_map(|chunk| stream.push(&chunk.iter().collect::<String>()))
         .collect();
     parts.extend(stream.finish());
-    join(parts)
+    let (mut reasoning, content) = join(parts);
+    if stream.has_empty_block() {
+        reasoning.get_or_insert_default();
+    }
+    (reasoning, content)
 }

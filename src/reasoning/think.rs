@@ -124,6 +124,12 @@ impl ThinkStream {
         non_empty(Part::Content(text.to_string()))
     }
 
+    /// Whether the reply has a reasoning block (opened by it or by the prompt), empty or not:
+    /// what [`split`] reports as reasoning `Some`.
+    pub fn has_block(&self) -> bool {
+        self.in_reasoning.unwrap_or(self.opened)
+    }
+
     /// The end of the reply: whatever is still held.
     pub fn finish(&mut self) -> Vec<Part> {
         let rest = std::mem::take(&mut self.buffer);
@@ -180,8 +186,8 @@ mod tests {
                     let streamed =
                         super::super::streamed(ReasoningSyntax::Think { opened }, text, size);
                     assert_eq!(
-                        (streamed.0.unwrap_or_default(), streamed.1),
-                        (reasoning.unwrap_or_default(), content),
+                        streamed,
+                        (reasoning, content),
                         "{text:?} in chunks of {size}, opened {opened}"
                     );
                 }

@@ -1,15 +1,16 @@
-//! One choice of a streamed turn: its token ids become text, the text is split into reasoning,
-//! content and tool calls, and each piece becomes a [`Delta`].
+//! One choice of a turn: its token ids become text, the text is split into reasoning, content
+//! and tool calls, and each piece becomes a [`Delta`]. This is the one place a reply is shaped:
+//! a streamed choice is fed as its tokens arrive, a whole one in one piece ([`shape`]).
 
+use super::TurnRequest;
 use super::reply::{
     CallIds, Finish, Reply, ReturnedCall, cut_at_stop, end_token_text, shown_markers,
 };
-use crate::chat::ChatRequest;
-use crate::generation::{FinishReason, Generation, StopMatch};
+use crate::generation::{FinishReason, Generation, StopMatch, StreamEvent};
 use crate::reasoning::{Part, ReasoningStream, ReasoningSyntax};
 use crate::tokenizer::{TextStream, Tokenizer};
-use crate::tools::ToolParser;
 use crate::tools::streaming::{CallStream, Piece};
+use crate::tools::{Promoter, ToolParser};
 use std::sync::Arc;
 
 /// A piece of a choice's reply, in document order.
@@ -40,6 +41,7 @@ pub struct ChoiceStream<'t> {
     pub generation: Generation,
     /// What the client has been sent so far.
     pub reply: Reply,
+    /// The backend sampling it.
     pub backend: Arc<str>,
 }
 
@@ -50,21 +52,35 @@ enum Out {
 }
 
 impl<'t> ChoiceStream<'t> {
-    /// `reasoning`: how the reply marks reasoning when it is returned apart.
+    /// `reasoning`: how the reply marks reasoning when it is returned apart. A conversation's
+    /// reply is read for tool calls in `parser`'s format; a text prompt's is its visible text.
     pub fn new(
         tokenizer: &'t Tokenizer,
         parser: Arc<dyn ToolParser>,
-        request: &ChatRequest,
+        request: TurnRequest<'_>,
         reasoning: Option<ReasoningSyntax>,
         backend: Arc<str>,
     ) -> Self {
-        let shown = shown_markers(tokenizer, parser.as_ref(), reasoning);
+        let (shown, promoter, stops, parallel_tool_calls) = match request {
+            TurnRequest::Chat(request) => (
+                shown_markers(tokenizer, parser.as_ref(), reasoning),
+                request.promoter(),
+                request.params.stop.clone(),
+                request.parallel_tool_calls,
+            ),
+            TurnRequest::Text(request) => (
+                Vec::new(),
+                Promoter::new(None, &[], false),
+                request.params.stop.clone(),
+                true,
+            ),
+        };
         Self {
             tokenizer,
             text: tokenizer.text_stream(shown),
-            calls: CallStream::new(parser, request.promoter(), request.params.stop.clone()),
+            calls: CallStream::new(parser, promoter, stops),
             thinking: reasoning.map(ReasoningStream::new),
-            parallel_tool_calls: request.parallel_tool_calls,
+            parallel_tool_calls,
             generation: Generation::new(Vec::new(), Vec::new(), FinishReason::Length),
             reply: Reply {
                 content: None,
@@ -108,6 +124,26 @@ impl<'t> ChoiceStream<'t> {
                 .map(Out::Piece),
         );
         let deltas = self.deltas(rest, ids);
+        let reply = &mut self.reply;
+        if self.thinking.as_ref().is_some_and(|t| t.has_empty_block()) {
+            reply.reasoning.get_or_insert_default();
+        }
+        // A reply without calls is all content, however little; around calls, whitespace
+        // alone is none.
+        match reply.tool_calls.is_empty() {
+            true => {
+                reply.content.get_or_insert_default();
+            }
+            false
+                if reply
+                    .content
+                    .as_deref()
+                    .is_some_and(|c| c.trim().is_empty()) =>
+            {
+                reply.content = None
+            }
+            false => {}
+        }
         cut_at_stop(&mut self.reply.text, self.generation.stop.as_ref());
         self.reply.end_token_text = end_token_text(self.tokenizer, &self.generation);
         self.reply.tool_outcomes = self.calls.outcomes();
@@ -116,6 +152,18 @@ impl<'t> ChoiceStream<'t> {
             !self.reply.tool_calls.is_empty(),
         );
         deltas
+    }
+
+    /// The reply to a whole sample, fed in one piece.
+    pub fn whole(mut self, generation: Generation, ids: &mut CallIds) -> Reply {
+        for event in generation.into_events() {
+            if let StreamEvent::Tokens { token_ids, .. } = &event {
+                self.push_tokens(token_ids, ids);
+            }
+            self.generation.apply(event);
+        }
+        self.finish(ids);
+        self.reply
     }
 
     fn deltas(&mut self, pieces: Vec<Out>, ids: &mut CallIds) -> Vec<Delta> {

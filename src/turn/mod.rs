@@ -2,27 +2,33 @@
 //! extends the session's node → the backend samples → the reply is shaped → the node records
 //! what was sampled.
 //!
-//! Each API's adapter (in `http/`) parses its wire request into a [`ChatRequest`], asks the
-//! [`Pipeline`] for the turn, and writes the turn's output in its wire format:
-//! [`Pipeline::run`] returns a [`TurnOutput`], [`Pipeline::stream`] a [`TurnStream`] of
-//! [`TurnEvent`]s, [`Pipeline::render`] the prompt a real call would send. The adapters never
-//! touch the backends, the tool parsers or the node; the order of a turn lives here only:
+//! Each API's adapter (in `http/`) parses its wire request into a [`ChatRequest`] (or a
+//! [`TextRequest`]), asks the [`Pipeline`] for the turn, and writes the turn's output in its
+//! wire format: [`Pipeline::run`] returns a [`TurnOutput`], [`Pipeline::stream`] a
+//! [`TurnStream`] of [`TurnEvent`]s, [`Pipeline::render`] the prompt a real call would send.
+//! The adapters never touch the backends, the tool parsers or the node. The order of a turn
+//! is written once, in [`driver`], for both reply modes:
 //!
-//! 1. [`plan`]: render and tokenize the conversation into prompt ids that extend a node
+//! 1. [`plan`] ([`Planner::prepare`]): render and tokenize the conversation into prompt ids that extend a node
 //!    (pure: it reads the session, writes nothing);
-//! 2. sample: the backend pool generates, on the session's backend when it can;
-//! 3. [`reply`]: the sampled ids become visible text, reasoning and tool calls;
+//! 2. the gate ([`gate`]) lets the turn through to the backend pool, which samples, on the
+//!    session's backend when it can: whole for a whole reply, streamed for a streamed one;
+//! 3. a [`ChoiceStream`] per choice turns the sampled ids into visible text, reasoning and
+//!    tool calls ([`reply`]), fed token by token or in one piece;
 //! 4. [`commit`]: the turn becomes a [`crate::session::CommitRecord`] (the prompt, the
 //!    sampled ids, the fingerprints ([`matching`]) by which the next turn recognises the reply),
 //!    kept by the session's log when there is one, then applied to the node.
 //!
 //! A turn holds its session's lock from planning to commit, so turns on one session never
 //! interleave, and a turn that fails (or whose client hangs up) changes nothing. A retry of a
-//! keyed turn that was already recorded skips steps 2 and 4: its reply is shaped from the
-//! record ([`replay`]).
+//! keyed turn that was already recorded replays the record in place of step 2 and skips
+//! step 4 ([`replay`]). The nudge ([`nudge`]) is a second run of the sequence under the same
+//! lock.
 
 mod choice_stream;
 mod commit;
+mod driver;
+mod events;
 pub mod gate;
 mod matching;
 mod nudge;
@@ -32,20 +38,22 @@ mod planned;
 mod render;
 mod replay;
 pub mod reply;
+mod request;
 pub mod segments;
-pub mod stream;
+mod stream;
 mod tail;
 mod template_history;
 mod text_prompt;
 
-pub use choice_stream::Delta;
+pub use choice_stream::{ChoiceStream, Delta};
 pub use commit::commit;
+pub use events::{SampledTokens, TurnEvent, TurnStream};
 pub use pipeline::{Pipeline, RenderedTurn};
-pub use plan::{TailRender, prepare, tail_agrees};
-pub use planned::{Base, Plan, RenderedPrompt};
+pub use plan::TailRender;
+pub use planned::{Base, Plan, Planner, RenderedPrompt};
 pub use render::GenerationPrompts;
 pub use reply::{CallIds, Finish, Reply, ReplyPart, ReturnedCall};
-pub use stream::{SampledTokens, TurnEvent, TurnStream};
+pub use request::{TextRequest, TurnRequest};
 pub use text_prompt::{TextPrompt, prepare_text};
 
 use crate::backend::BackendError;

@@ -28,6 +28,8 @@ pub fn nudge_request(request: &ChatRequest, reply: &Reply) -> ChatRequest {
             .join(" or ")
     };
     let mut retry = request.clone();
+    // The retry is sampled, never replayed from the first attempt's record under the key.
+    retry.key = None;
     let assistant =
         json!({"role": "assistant", "content": reply.content.clone().unwrap_or_default()});
     let user = json!({"role": "user", "content": format!(

@@ -1,17 +1,15 @@
 //! [`Pipeline`]: the whole sequence of a turn, once, for every API.
 
+use super::driver::{Driver, Ended, Events};
 use super::nudge::{deserves_nudge, nudge_request};
-use super::reply::{CallIds, Reply, shape, visible_text};
 use super::{
-    ChoiceOutput, Plan, TailRender, TextPrompt, TurnContext, TurnError, TurnOutput, prepare,
-    prepare_text, replay,
+    Plan, Planner, TailRender, TextRequest, TurnContext, TurnError, TurnOutput, TurnRequest,
 };
-use crate::backend::{EventStream, Pool, Route};
+use crate::backend::Pool;
 use crate::chat::ChatRequest;
-use crate::generation::{GenerateRequest, Generation, SamplingParams};
+use crate::generation::SamplingParams;
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::reasoning::ReasoningSyntax;
-use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
 use crate::telemetry::{self, TurnUsage};
 use std::sync::Arc;
@@ -103,60 +101,69 @@ impl Pipeline {
     /// call is returned; the node's turn says which was kept.
     pub async fn run(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         request: &ChatRequest,
     ) -> Result<TurnOutput, TurnError> {
+        self.run_whole(session, TurnRequest::Chat(request)).await
+    }
+
+    /// A text completion (`/v1/completions`): the prompt extends the node it starts with; the
+    /// reply is the visible text, with no tool parsing.
+    pub async fn complete_text(
+        &self,
+        session: &Arc<Session>,
+        request: &TextRequest,
+    ) -> Result<TurnOutput, TurnError> {
+        self.run_whole(session, TurnRequest::Text(request)).await
+    }
+
+    async fn run_whole(
+        &self,
+        session: &Arc<Session>,
+        request: TurnRequest<'_>,
+    ) -> Result<TurnOutput, TurnError> {
         let started = Instant::now();
+        let api = request.api();
         let turn = async {
             let result = self.run_turn(session, request).await;
-            self.measured(request.api, started, result)
+            self.measured(api, started, result)
         };
-        turn.instrument(self.turn_span(session, request.api)).await
+        turn.instrument(self.turn_span(session, api)).await
     }
 
     async fn run_turn(
         &self,
-        session: &Session,
-        request: &ChatRequest,
+        session: &Arc<Session>,
+        request: TurnRequest<'_>,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = lock_open(session).await?;
-        if let Some(done) = replay::recorded(session, request.key.as_ref()) {
-            let plan = self.plan(session, &guard, request, TailRender::Never)?;
-            let sampled = replay::samples(&done);
-            return Ok(self.shape(session, plan, request, sampled, done.issued_before));
-        }
-        let parser = session.options.tool_parser.parser().as_ref();
-        let first = self.attempt(session, &guard, request).await?;
-        if !deserves_nudge(request, parser, &first.choices[0].reply) {
-            self.record(
-                session,
-                &mut guard,
-                (&first.plan, &first.choices[..]),
-                request,
-                None,
-            )?;
+        let (first, replayed) = self.attempt(session, &guard, request).await?;
+        if replayed {
             return Ok(first);
         }
-        let retry_request = nudge_request(request, &first.choices[0].reply);
-        let nodes = self.record(
-            session,
-            &mut guard,
-            (&first.plan, &first.choices[..]),
-            request,
-            Some("kept"),
-        )?;
-        let retry = self.attempt(session, &guard, &retry_request).await;
+        let nudge = match request {
+            TurnRequest::Chat(chat) => {
+                let parser = session.options.tool_parser.parser().as_ref();
+                deserves_nudge(chat, parser, &first.choices[0].reply)
+                    .then(|| nudge_request(chat, &first.choices[0].reply))
+            }
+            TurnRequest::Text(_) => None,
+        };
+        let first_turn = (&first.plan, &first.choices[..]);
+        let Some(retry_request) = nudge else {
+            self.record(session, &mut guard, first_turn, request, None)?;
+            return Ok(first);
+        };
+        let nodes = self.record(session, &mut guard, first_turn, request, Some("kept"))?;
+        let retry = self
+            .attempt(session, &guard, TurnRequest::Chat(&retry_request))
+            .await;
         let label = match retry {
-            Ok(retry) if !retry.choices[0].reply.tool_calls.is_empty() => {
+            Ok((retry, _)) if !retry.choices[0].reply.tool_calls.is_empty() => {
                 self.relabel(session, &mut guard, nodes[0], "discarded")?;
-                self.record(
-                    session,
-                    &mut guard,
-                    (&retry.plan, &retry.choices[..]),
-                    request,
-                    Some("kept"),
-                )?;
+                let retry_turn = (&retry.plan, &retry.choices[..]);
+                self.record(session, &mut guard, retry_turn, request, Some("kept"))?;
                 return Ok(retry);
             }
             Ok(_) => "kept_retry_discarded",
@@ -169,66 +176,23 @@ impl Pipeline {
         Ok(first)
     }
 
-    /// A text completion (`/v1/completions`): `prompt` extends the node it starts with; the
-    /// reply is the visible text, with no tool parsing.
-    pub async fn complete_text(
+    /// The turn's one sequence, its reply kept whole; records nothing. Says whether the
+    /// turn was a recorded one replayed.
+    async fn attempt(
         &self,
-        session: &Session,
-        prompt: &TextPrompt,
-        params: SamplingParams,
-        n: u32,
-        key: Option<&TurnKey>,
-    ) -> Result<TurnOutput, TurnError> {
-        let started = Instant::now();
-        let turn = async {
-            let result = self
-                .complete_text_turn(session, prompt, params, n, key)
-                .await;
-            self.measured("completions", started, result)
-        };
-        turn.instrument(self.turn_span(session, "completions"))
-            .await
-    }
-
-    async fn complete_text_turn(
-        &self,
-        session: &Session,
-        prompt: &TextPrompt,
-        params: SamplingParams,
-        n: u32,
-        key: Option<&TurnKey>,
-    ) -> Result<TurnOutput, TurnError> {
-        let _under_way = self.under_way();
-        let mut guard = lock_open(session).await?;
-        let mut plan = prepare_text(&self.context, &guard, prompt)?;
-        let recorded = replay::recorded(session, key);
-        let sampled = match &recorded {
-            Some(done) => replay::samples(done),
-            None => self.sample(session, &mut plan, params, n).await?,
-        };
-        let tokenizer = &self.context.tokenizer;
-        let choices: Vec<ChoiceOutput> = sampled
-            .into_iter()
-            .map(|(generation, backend)| {
-                let (text, end_token_text) = visible_text(tokenizer, &generation, &[]);
-                ChoiceOutput {
-                    reply: Reply::plain(text, end_token_text, generation.finish_reason),
-                    generation,
-                    backend,
-                }
-            })
-            .collect();
-        let labels = TurnLabels {
-            api: "completions",
-            ..TurnLabels::default()
-        };
-        if recorded.is_none() {
-            let mut record =
-                CommitRecord::new(&plan, &choices, &labels, session.options.track_tree, None);
-            record.key = key.cloned();
-            self.write(session, &mut guard, record)?;
+        session: &Arc<Session>,
+        state: &SessionState,
+        request: TurnRequest<'_>,
+    ) -> Result<(TurnOutput, bool), TurnError> {
+        let mut driver = Driver::new(self, session, request, Events::Kept);
+        let planned = driver.open(state).await?;
+        let replayed = planned.replayed;
+        match driver.relay(planned).await {
+            Ok(output) => Ok((output, replayed)),
+            Err(Ended::Failed(error)) => Err(error),
+            // A whole reply has no client to lose while it runs.
+            Err(Ended::Gone) => Err(TurnError::Aborted),
         }
-        Ok(TurnOutput { plan, choices })
     }
 
     /// Times a finished turn, or counts its failure by cause.
@@ -258,7 +222,8 @@ impl Pipeline {
         telemetry::turn_span(&session.id, api, &self.model_name)
     }
 
-    /// The prompt of a chat turn on `session` (whose state is `state`).
+    /// The prompt of a chat turn on `session` (whose state is `state`). A tail-only render
+    /// that disagreed with the full one turns tail renders off for good.
     pub(super) fn plan(
         &self,
         session: &Session,
@@ -267,80 +232,56 @@ impl Pipeline {
         tail: TailRender,
     ) -> Result<Plan, TurnError> {
         let _timed = self.metrics.timed(Stage::Plan);
-        prepare(
-            &self.context,
+        let planner = Planner {
+            ctx: &self.context,
             state,
             request,
-            session.options.history,
-            session.options.tool_parser.parser().as_ref(),
-            &self.metrics,
-            tail,
-        )
+            history: session.options.history,
+            parser: session.options.tool_parser.parser().as_ref(),
+            metrics: &self.metrics,
+        };
+        let plan = planner.prepare(tail)?;
+        if plan.tail_render_disagreed && self.context.tail_renders() {
+            // The template's text after a turn depends on more than the end of the
+            // conversation: every turn renders in full from now on.
+            self.context.set_tail_renders(false);
+            tracing::warn!(
+                "a tail-only render disagreed with the full render; the full one is used, and \
+                 every turn renders in full from now on"
+            );
+        }
+        Ok(plan)
     }
 
-    /// Plans, samples and shapes a chat turn; records nothing.
-    async fn attempt(
-        &self,
-        session: &Session,
-        state: &SessionState,
-        request: &ChatRequest,
-    ) -> Result<TurnOutput, TurnError> {
-        let mut plan = self.plan(session, state, request, TailRender::Allowed)?;
-        let format = session.options.tool_parser.parser().name();
-        let params = self.context.sampling(request, format, &plan.prompt_ids)?;
-        let sampled = self.sample(session, &mut plan, params, request.n).await?;
-        Ok(self.shape(session, plan, request, sampled, state.issued_calls))
-    }
-
-    /// The turn's output: each sample shaped into a reply, its calls numbered on from
-    /// `issued_before`.
-    fn shape(
-        &self,
-        session: &Session,
-        plan: Plan,
-        request: &ChatRequest,
-        sampled: Vec<(Generation, Arc<str>)>,
-        issued_before: usize,
-    ) -> TurnOutput {
-        let reasoning = self.reasoning_mode(session, &plan);
-        let parser = session.options.tool_parser.parser().as_ref();
-        let mut ids = CallIds::after(issued_before, request.call_id_prefix);
-        let tokenizer = &self.context.tokenizer;
-        let choices = sampled
-            .into_iter()
-            .map(|(generation, backend)| ChoiceOutput {
-                reply: shape(tokenizer, parser, request, &generation, reasoning, &mut ids),
-                generation,
-                backend,
-            })
-            .collect();
-        TurnOutput { plan, choices }
-    }
-
-    /// Records a sampled chat turn in the session; returns the node of each choice.
+    /// Records a sampled turn in the session; returns the node of each choice.
     pub(super) fn record(
         &self,
         session: &Session,
         state: &mut SessionState,
-        (plan, choices): (&Plan, &[ChoiceOutput]),
-        request: &ChatRequest,
+        (plan, choices): (&Plan, &[super::ChoiceOutput]),
+        request: TurnRequest<'_>,
         nudge: Option<&'static str>,
     ) -> Result<Vec<usize>, TurnError> {
         let labels = TurnLabels {
-            api: request.api,
-            tools_left_out: request.tools_left_out.clone(),
+            api: request.api(),
+            tools_left_out: match request {
+                TurnRequest::Chat(chat) => chat.tools_left_out.clone(),
+                TurnRequest::Text(_) => Default::default(),
+            },
             nudge,
             echoed_calls: plan.echoed_calls.clone(),
         };
-        let tools = request.tools.as_deref();
+        let tools = request.tools();
         let mut record =
             CommitRecord::new(plan, choices, &labels, session.options.track_tree, tools);
-        record.key = request.key.clone();
+        record.key = request.key().cloned();
         let nodes = self.write(session, state, record)?;
         super::tail::remember(state, plan, choices.len());
-        let format = session.options.tool_parser.name();
-        for choice in choices {
-            self.metrics.tool_calls(format, choice.reply.tool_outcomes);
+        if let TurnRequest::Chat(_) = request {
+            let format = session.options.tool_parser.name();
+            for choice in choices {
+                self.metrics.tool_calls(format, choice.reply.tool_outcomes);
+            }
         }
         for echoed in &plan.echoed_calls {
             self.metrics.echoed_call(echoed.change);
@@ -431,65 +372,6 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Samples `n` continuations of the plan's prompt through the pool: on the session's
-    /// pinned backend, else preferring the one its previous turn ran on (its prefix cache is
-    /// there). Each sample comes with the backend that produced it.
-    async fn sample(
-        &self,
-        session: &Session,
-        plan: &mut Plan,
-        params: SamplingParams,
-        n: u32,
-    ) -> Result<Vec<(crate::generation::Generation, Arc<str>)>, TurnError> {
-        let params = self.fit(params, plan.prompt_ids.len())?;
-        let _at_backend = self.gate.pass().await?;
-        let request = GenerateRequest {
-            prompt: std::mem::take(&mut plan.prompt_ids),
-            params,
-            n,
-            session: Some(session.id.to_string().into()),
-            adapter: session.options.adapter.clone(),
-            routed_experts_from: routed_experts_from(session, plan),
-        };
-        let previous = session.backend();
-        let mut aborted = session.abort_signal();
-        let _timed = self.metrics.timed(Stage::Backend);
-        // An abort drops the backend call, which cancels the request.
-        let sampled = tokio::select! {
-            sampled = self.backends.generate(&request, route(session, previous.as_deref())) => {
-                Some(sampled)
-            }
-            _ = aborted.changed() => None,
-        };
-        plan.prompt_ids = request.prompt;
-        let sampled = sampled.ok_or(TurnError::Aborted)??;
-        if let Some(used) = sampled.backends.first() {
-            self.backends.record_affinity(previous.as_deref(), used);
-            session.set_backend(used.clone());
-        }
-        Ok(sampled
-            .generations
-            .into_iter()
-            .zip(sampled.backends)
-            .collect())
-    }
-
-    /// Like [`Pipeline::sample`], for one streamed sample.
-    pub(super) async fn sample_stream(
-        &self,
-        session: &Session,
-        request: &GenerateRequest,
-    ) -> Result<(EventStream, Arc<str>), TurnError> {
-        let previous = session.backend();
-        let (events, used) = self
-            .backends
-            .generate_stream(request, route(session, previous.as_deref()))
-            .await?;
-        self.backends.record_affinity(previous.as_deref(), &used);
-        session.set_backend(used.clone());
-        Ok((events, used))
-    }
-
     /// `params` with `max_tokens` lowered to what a prompt of `prompt_len` tokens leaves of the
     /// context and of the session's token limit; an error when the prompt fills either.
     pub(super) fn fit(
@@ -535,30 +417,12 @@ impl Pipeline {
 }
 
 /// The session's state, locked for a turn, unless the session was removed meanwhile.
-async fn lock_open(
-    session: &Session,
-) -> Result<tokio::sync::MutexGuard<'_, SessionState>, TurnError> {
-    let guard = session.state.lock().await;
+pub(super) async fn lock_open(
+    session: &Arc<Session>,
+) -> Result<tokio::sync::OwnedMutexGuard<SessionState>, TurnError> {
+    let guard = session.state.clone().lock_owned().await;
     match session.is_closed() {
         true => Err(TurnError::SessionClosed),
         false => Ok(guard),
-    }
-}
-
-/// Where the experts the turn's positions were routed to are asked from, if the session
-/// records them: the positions the node being extended has none for (its last token, never
-/// fed until now, and everything after it).
-pub(super) fn routed_experts_from(session: &Session, plan: &Plan) -> Option<u32> {
-    let from = plan.base_len.saturating_sub(1);
-    session
-        .options
-        .routed_experts
-        .then(|| u32::try_from(from).unwrap_or(u32::MAX))
-}
-
-fn route<'a>(session: &'a Session, previous: Option<&'a str>) -> Route<'a> {
-    match &session.options.base_url {
-        Some(url) => Route::Pinned(url),
-        None => Route::Prefer(previous),
     }
 }

@@ -1,7 +1,7 @@
 //! Building a turn's prompt: the request's messages → prompt ids that extend the session's
 //! node, and what to record once the reply is sampled.
 //!
-//! [`prepare`] reads the session and writes nothing to it (it only counts its tail-only
+//! [`Planner::prepare`] reads the session and writes nothing to it (it only counts its tail-only
 //! renders, [`super::tail`]), so `/render` shows exactly what a real call would send, and a
 //! failed backend call leaves the session untouched.
 //!
@@ -19,18 +19,16 @@
 //! ([`TailRender`], [`super::tail`]).
 
 use super::planned::{
-    Base, Plan, RenderedPrompt, chain_candidate, history_entries, strip_end_token, strip_end_tokens,
+    Base, Plan, Planner, RenderedPrompt, Split, chain_candidate, history_entries, strip_end_token,
+    strip_end_tokens,
 };
 use super::render::{self, History};
 use super::segments::{generation_check, verify};
-use super::{TurnContext, TurnError, matching};
-use crate::chat::{ChatMessage, ChatRequest, Role};
-use crate::metrics::{Metrics, Stage};
-use crate::session::{
-    CompletionId, ConversationDigest, Divergence, HistoryMode, SegmentCheck, SessionState,
-};
+use super::{TurnError, matching};
+use crate::chat::{ChatMessage, Role};
+use crate::metrics::Stage;
+use crate::session::{CompletionId, ConversationDigest, Divergence, HistoryMode, SessionState};
 use crate::template::TemplateValue;
-use crate::tools::ToolParser;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
@@ -46,99 +44,285 @@ pub enum TailRender {
     Never,
 }
 
-/// Builds the prompt for `request` on a session whose state is `state`; `parser` is the
-/// session's tool-call format; `tail` whether only the conversation's end may be rendered.
-/// Rendering and tokenizing are timed in `metrics`.
-pub fn prepare(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    mode: HistoryMode,
-    parser: &dyn ToolParser,
-    metrics: &Metrics,
-    tail: TailRender,
-) -> Result<Plan, TurnError> {
-    let matching::Matched {
-        completions: matched,
-        echoed_calls,
-    } = matching::match_completions(state, &request.messages, request.tools.as_deref());
-    let tail_allowed =
-        tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
-    // The digests only serve tail renders (this one, and a later turn's): a session that
-    // renders in full for good (`--full-render`, a template proved non-local) skips them.
-    let remembers =
-        mode == HistoryMode::Sampled && (tail == TailRender::Never || ctx.tail_renders());
-    let digests = match remembers {
-        true => super::tail::prefix_digests(request),
-        false => Vec::new(),
-    };
-    let conversation = digests.last().map(|&digest| ConversationDigest {
-        messages: request.messages.len(),
-        digest,
-    });
-    if tail_allowed
-        && let Some(plan) = tail_plan(ctx, state, request, &matched, &digests, parser, metrics)?
-    {
-        let done = state.tail_renders.fetch_add(1, Ordering::Relaxed);
+impl Planner<'_> {
+    /// Builds the prompt; `tail` says whether only the conversation's end may be rendered.
+    /// A tail-only render that disagrees with the full one is counted and reported on the
+    /// plan ([`Plan::tail_render_disagreed`]); the caller decides what follows.
+    pub fn prepare(&self, tail: TailRender) -> Result<Plan, TurnError> {
+        let (ctx, request, mode) = (self.ctx, self.request, self.history);
+        let matching::Matched {
+            completions: matched,
+            echoed_calls,
+        } = matching::match_completions(self.state, &request.messages, request.tools.as_deref());
+        let tail_allowed =
+            tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
+        // The digests only serve tail renders (this one, and a later turn's): a session that
+        // renders in full for good (`--full-render`, a template proved non-local) skips them.
+        let remembers =
+            mode == HistoryMode::Sampled && (tail == TailRender::Never || ctx.tail_renders());
+        let digests = match remembers {
+            true => super::tail::prefix_digests(request),
+            false => Vec::new(),
+        };
+        let conversation = digests.last().map(|&digest| ConversationDigest {
+            messages: request.messages.len(),
+            digest,
+        });
+        let plan = match tail_allowed {
+            true => self.tail_plan(&matched, &digests)?,
+            false => None,
+        };
+        let Some(plan) = plan else {
+            return Ok(Plan {
+                conversation,
+                echoed_calls,
+                ..self.full_plan(&matched)?
+            });
+        };
+        let done = self.state.tail_renders.fetch_add(1, Ordering::Relaxed);
         if !done.is_multiple_of(super::tail::VERIFY_EVERY) {
-            metrics.tail_render("used");
+            self.metrics.tail_render("used");
             return Ok(Plan {
                 conversation,
                 echoed_calls,
                 ..plan
             });
         }
-        let full = full_plan(ctx, state, request, &matched, mode, parser, metrics)?;
+        let full = self.full_plan(&matched)?;
         let agrees = same_prompt(&full, &plan);
-        metrics.tail_render(if agrees { "verified" } else { "mismatch" });
-        if !agrees {
-            // The template's text after a turn depends on more than the end of the
-            // conversation: every turn renders in full from now on.
-            ctx.set_tail_renders(false);
-            tracing::warn!(
-                "a tail-only render disagreed with the full render; the full one is used, and \
-                 every turn renders in full from now on"
-            );
-        }
-        return Ok(Plan {
+        self.metrics
+            .tail_render(if agrees { "verified" } else { "mismatch" });
+        Ok(Plan {
             conversation,
             echoed_calls,
+            tail_render_disagreed: !agrees,
             ..full
-        });
+        })
     }
-    let plan = full_plan(ctx, state, request, &matched, mode, parser, metrics)?;
-    Ok(Plan {
-        conversation,
-        echoed_calls,
-        ..plan
-    })
+
+    /// Whether a tail-only render of the request gives the same plan as a full one; `None`
+    /// when the conversation does not allow one (nothing sampled before, or history edited).
+    pub fn tail_agrees(&self) -> Result<Option<bool>, TurnError> {
+        let request = self.request;
+        let matched =
+            matching::match_completions(self.state, &request.messages, request.tools.as_deref())
+                .completions;
+        let digests = super::tail::prefix_digests(request);
+        let Some(tail) = self.tail_plan(&matched, &digests)? else {
+            return Ok(None);
+        };
+        let sampled_history = Planner {
+            history: HistoryMode::Sampled,
+            ..*self
+        };
+        let full = sampled_history.full_plan(&matched)?;
+        Ok(Some(same_prompt(&full, &tail)))
+    }
+
+    /// The template-value form of `indices` of the request's messages: a placeholder for each
+    /// sampled turn (numbered in order), the message itself otherwise.
+    fn template_messages(
+        &self,
+        matched: &[Option<CompletionId>],
+        indices: impl Iterator<Item = usize>,
+    ) -> Vec<TemplateValue> {
+        let mut placeholder = 0;
+        indices
+            .map(|i| match matched[i] {
+                Some(_) => {
+                    placeholder += 1;
+                    self.ctx.placeholders.message(placeholder - 1)
+                }
+                None => self.unsampled_message(&self.request.messages[i]),
+            })
+            .collect()
+    }
+
+    /// Splits `rendered` at the placeholders of `sampled`; `None` when the template did not
+    /// reproduce each once and in order.
+    fn split<'r>(
+        &self,
+        rendered: &'r render::Rendered,
+        sampled: &[CompletionId],
+    ) -> Option<Split<'r>> {
+        let (ctx, state) = (self.ctx, self.state);
+        let pieces = ctx.placeholders.split(&rendered.prompt, sampled.len())?;
+        let last = pieces[sampled.len()];
+        let history_last = match &rendered.history {
+            History::PromptWithout(generation_prompt) => {
+                &last[..last.len().saturating_sub(*generation_prompt)]
+            }
+            History::Separate(text) => ctx.placeholders.split(text, sampled.len())?[sampled.len()],
+        };
+        let pieces = strip_end_tokens(state, sampled, pieces);
+        let history_last = match sampled.last() {
+            Some(&completion) => strip_end_token(state, completion, history_last),
+            None => history_last,
+        };
+        let next_check = generation_check(history_last, pieces[sampled.len()]);
+        Some(Split { pieces, next_check })
+    }
+
+    /// Renders `messages` (the template's values of the request's) with the generation prompt.
+    fn render(&self, messages: TemplateValue) -> Result<render::Rendered, TurnError> {
+        let _timed = self.metrics.timed(Stage::Render);
+        let ctx = self.ctx;
+        let rendered = render::render_turn(
+            &ctx.template,
+            &ctx.generation_prompts,
+            &messages,
+            self.request,
+        )?;
+        Ok(rendered)
+    }
+
+    /// A plan from a render of the messages from the last sampled turn's exchange on
+    /// ([`super::tail`]), when the conversation allows one.
+    fn tail_plan(
+        &self,
+        matched: &[Option<CompletionId>],
+        digests: &[u64],
+    ) -> Result<Option<Plan>, TurnError> {
+        let render = |kept: &[usize]| -> Result<Option<super::tail::RenderedTail>, TurnError> {
+            let sampled: Vec<CompletionId> = kept.iter().filter_map(|&i| matched[i]).collect();
+            let messages = self.template_messages(matched, kept.iter().copied());
+            let rendered = self.render(TemplateValue::from(messages))?;
+            let Some(Split { pieces, next_check }) = self.split(&rendered, &sampled) else {
+                return Ok(None);
+            };
+            let piece = pieces[sampled.len()].to_string();
+            Ok(Some(super::tail::RenderedTail {
+                piece,
+                next_check,
+                rendered: RenderedPrompt {
+                    text: rendered.prompt,
+                    sampled,
+                },
+            }))
+        };
+        super::tail::plan(self, matched, digests, &render)
+    }
+
+    /// The plan from a render of the whole conversation.
+    fn full_plan(&self, matched: &[Option<CompletionId>]) -> Result<Plan, TurnError> {
+        let (ctx, state, request) = (self.ctx, self.state, self.request);
+        let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+        let messages = self.template_messages(matched, 0..request.messages.len());
+        let rendered = self.render(TemplateValue::from(messages.clone()))?;
+        let unmatched_assistant = request
+            .messages
+            .iter()
+            .zip(matched)
+            .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
+        let Some(split) = self.split(&rendered, &sampled) else {
+            return super::template_history::faithful_fallback(self, &messages, matched);
+        };
+        if self.history == HistoryMode::Template && !sampled.is_empty() {
+            return super::template_history::template_mode_plan(self, &messages, matched, split);
+        }
+        let Split { pieces, next_check } = split;
+        let (base, divergence) = find_base(state, &sampled, &pieces);
+        let (mut prompt_ids, first_piece, base) = match base {
+            Some((node, matched)) => {
+                let base = &state.nodes[node];
+                let mut ids = Vec::with_capacity(base.len() + 4096);
+                base.copy_tokens_into(&mut ids);
+                (ids, matched, Base::Extend { node })
+            }
+            None => {
+                let divergence = divergence.or_else(|| {
+                    (!state.nodes.is_empty()).then(|| new_node_reason(unmatched_assistant))
+                });
+                (Vec::new(), 0, Base::New { divergence })
+            }
+        };
+        let base_len = prompt_ids.len();
+        let tokenizing = self.metrics.timed(Stage::Tokenize);
+        // The base node ends with completion `first_piece` (none for a new node); everything
+        // after it is new prompt: the pieces between sampled turns, tokenized, and the
+        // sampled ids.
+        prompt_ids.extend(ctx.encode_prompt(pieces[first_piece])?);
+        for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
+            let record = &state.completions[completion];
+            state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
+            prompt_ids.extend(ctx.encode_prompt(pieces[j + 1])?);
+        }
+        drop(tokenizing);
+        let history = history_entries(&sampled, &pieces);
+        Ok(Plan {
+            prompt_ids,
+            base,
+            base_len,
+            history,
+            next_check,
+            rendered: Some(RenderedPrompt {
+                text: rendered.prompt,
+                sampled,
+            }),
+            conversation: None,
+            echoed_calls: Vec::new(),
+            tail_render_disagreed: false,
+        })
+    }
+
+    /// A message the session did not sample, as the template gets it. Tool calls the proxy never
+    /// produced are rendered by the template when it knows `tool_calls`; otherwise they are
+    /// written into the content in the session's format, so the model still sees them.
+    fn unsampled_message(&self, message: &ChatMessage) -> TemplateValue {
+        let (ctx, parser, request) = (self.ctx, self.parser, self.request);
+        if ctx.harmony
+            && let Some(named) = with_function_name(message, &request.messages)
+        {
+            return named.to_template_value();
+        }
+        if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
+            return message.to_template_value();
+        }
+        let arguments: Vec<Value> = message
+            .tool_calls
+            .iter()
+            .map(|c| c.arguments_value())
+            .collect();
+        let calls: Vec<(&str, &Value)> = message
+            .tool_calls
+            .iter()
+            .zip(&arguments)
+            .map(|(call, arguments)| (call.name.as_str(), arguments))
+            .collect();
+        let mut content = message.content.clone().unwrap_or_default();
+        if !content.is_empty() {
+            content.push('\n');
+        }
+        content.push_str(&parser.write_calls(&calls));
+        ChatMessage {
+            content: Some(content),
+            tool_calls: Vec::new(),
+            ..message.clone()
+        }
+        .to_template_value()
+    }
 }
 
-/// Whether a tail-only render of `request` gives the same plan as a full one; `None` when the
-/// conversation does not allow one (nothing sampled before, or history edited).
-pub fn tail_agrees(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    parser: &dyn ToolParser,
-) -> Result<Option<bool>, TurnError> {
-    let metrics = Metrics::default();
-    let matched =
-        matching::match_completions(state, &request.messages, request.tools.as_deref()).completions;
-    let digests = super::tail::prefix_digests(request);
-    let Some(tail) = tail_plan(ctx, state, request, &matched, &digests, parser, &metrics)? else {
-        return Ok(None);
-    };
-    let full = full_plan(
-        ctx,
-        state,
-        request,
-        &matched,
-        HistoryMode::Sampled,
-        parser,
-        &metrics,
-    )?;
-    Ok(Some(same_prompt(&full, &tail)))
+/// Why a conversation that extends no node starts a new one.
+fn new_node_reason(unmatched_assistant: bool) -> Divergence {
+    match unmatched_assistant {
+        true => Divergence {
+            reason: "unmatched_assistant_message",
+            detail: "an assistant message matches no completion of this session (edited or \
+                     written by the client); the template renders it as text"
+                .into(),
+            from_node: None,
+            token_position: None,
+        },
+        false => Divergence {
+            reason: "new_conversation",
+            detail: "the request continues no earlier turn of this session: a conversation of \
+                     its own, such as an agent's side request for a title or a summary"
+                .into(),
+            from_node: None,
+            token_position: None,
+        },
+    }
 }
 
 /// Whether a tail-only plan sends what the full plan sends and checks the next turn the same
@@ -148,202 +332,6 @@ fn same_prompt(full: &Plan, tail: &Plan) -> bool {
     full.prompt_ids == tail.prompt_ids
         && full.base == tail.base
         && full.next_check == tail.next_check
-}
-
-/// The template-value form of `indices` of the request's messages: a placeholder for each
-/// sampled turn (numbered in order), the message itself otherwise.
-fn template_messages(
-    ctx: &TurnContext,
-    request: &ChatRequest,
-    matched: &[Option<CompletionId>],
-    indices: impl Iterator<Item = usize>,
-    parser: &dyn ToolParser,
-) -> Vec<TemplateValue> {
-    let mut placeholder = 0;
-    indices
-        .map(|i| match matched[i] {
-            Some(_) => {
-                placeholder += 1;
-                ctx.placeholders.message(placeholder - 1)
-            }
-            None => unsampled_message(ctx, &request.messages[i], parser, request),
-        })
-        .collect()
-}
-
-/// A render split at its sampled turns: the pieces between them (each without the end token
-/// its turn already holds) and the check of the last one for the next turn.
-struct Split<'r> {
-    pieces: Vec<&'r str>,
-    next_check: SegmentCheck,
-}
-
-/// Splits `rendered` at the placeholders of `sampled`; `None` when the template did not
-/// reproduce each once and in order.
-fn split<'r>(
-    ctx: &TurnContext,
-    state: &SessionState,
-    rendered: &'r render::Rendered,
-    sampled: &[CompletionId],
-) -> Option<Split<'r>> {
-    let pieces = ctx.placeholders.split(&rendered.prompt, sampled.len())?;
-    let last = pieces[sampled.len()];
-    let history_last = match &rendered.history {
-        History::PromptWithout(generation_prompt) => {
-            &last[..last.len().saturating_sub(*generation_prompt)]
-        }
-        History::Separate(text) => ctx.placeholders.split(text, sampled.len())?[sampled.len()],
-    };
-    let pieces = strip_end_tokens(state, sampled, pieces);
-    let history_last = match sampled.last() {
-        Some(&completion) => strip_end_token(state, completion, history_last),
-        None => history_last,
-    };
-    let next_check = generation_check(history_last, pieces[sampled.len()]);
-    Some(Split { pieces, next_check })
-}
-
-/// A plan from a render of the messages from the last sampled turn's exchange on
-/// ([`super::tail`]), when the conversation allows one.
-#[allow(clippy::too_many_arguments)]
-fn tail_plan(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    matched: &[Option<CompletionId>],
-    digests: &[u64],
-    parser: &dyn ToolParser,
-    metrics: &Metrics,
-) -> Result<Option<Plan>, TurnError> {
-    let render = |kept: &[usize]| -> Result<Option<super::tail::RenderedTail>, TurnError> {
-        let sampled: Vec<CompletionId> = kept.iter().filter_map(|&i| matched[i]).collect();
-        let messages = template_messages(ctx, request, matched, kept.iter().copied(), parser);
-        let rendered = {
-            let _timed = metrics.timed(Stage::Render);
-            render::render_turn(
-                &ctx.template,
-                &ctx.generation_prompts,
-                &TemplateValue::from(messages),
-                request,
-            )?
-        };
-        let Some(Split { pieces, next_check }) = split(ctx, state, &rendered, &sampled) else {
-            return Ok(None);
-        };
-        let piece = pieces[sampled.len()].to_string();
-        Ok(Some(super::tail::RenderedTail {
-            piece,
-            next_check,
-            rendered: RenderedPrompt {
-                text: rendered.prompt,
-                sampled,
-            },
-        }))
-    };
-    super::tail::plan(ctx, state, request, matched, digests, &render)
-}
-
-/// The plan from a render of the whole conversation.
-fn full_plan(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
-    matched: &[Option<CompletionId>],
-    mode: HistoryMode,
-    parser: &dyn ToolParser,
-    metrics: &Metrics,
-) -> Result<Plan, TurnError> {
-    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
-    let messages = template_messages(ctx, request, matched, 0..request.messages.len(), parser);
-    let rendered = {
-        let _timed = metrics.timed(Stage::Render);
-        render::render_turn(
-            &ctx.template,
-            &ctx.generation_prompts,
-            &TemplateValue::from(messages.clone()),
-            request,
-        )?
-    };
-
-    let unmatched_assistant = request
-        .messages
-        .iter()
-        .zip(matched)
-        .any(|(m, c)| m.role == crate::chat::Role::Assistant && c.is_none());
-    let Some(Split { pieces, next_check }) = split(ctx, state, &rendered, &sampled) else {
-        return super::template_history::faithful_fallback(
-            ctx, state, request, &messages, matched, sampled,
-        );
-    };
-
-    if mode == HistoryMode::Template && !sampled.is_empty() {
-        return super::template_history::template_mode_plan(
-            ctx, state, request, &messages, matched, &sampled, &pieces, next_check,
-        );
-    }
-
-    let (base, divergence) = find_base(state, &sampled, &pieces);
-    let (mut prompt_ids, first_piece, base) = match base {
-        Some((node, matched)) => {
-            let base = &state.nodes[node];
-            let mut ids = Vec::with_capacity(base.len() + 4096);
-            base.copy_tokens_into(&mut ids);
-            (ids, matched, Base::Extend { node })
-        }
-        None => {
-            let divergence = divergence.or_else(|| {
-                if state.nodes.is_empty() {
-                    return None;
-                }
-                Some(match unmatched_assistant {
-                    true => Divergence {
-                        reason: "unmatched_assistant_message",
-                        detail: "an assistant message matches no completion of this session \
-                                 (edited or written by the client); the template renders it as \
-                                 text"
-                            .into(),
-                        from_node: None,
-                        token_position: None,
-                    },
-                    false => Divergence {
-                        reason: "new_conversation",
-                        detail: "the request continues no earlier turn of this session: a \
-                                 conversation of its own, such as an agent's side request for a \
-                                 title or a summary"
-                            .into(),
-                        from_node: None,
-                        token_position: None,
-                    },
-                })
-            });
-            (Vec::new(), 0, Base::New { divergence })
-        }
-    };
-    let base_len = prompt_ids.len();
-    let tokenizing = metrics.timed(Stage::Tokenize);
-    // The base node ends with completion `first_piece` (none for a new node); everything after
-    // it is new prompt: the pieces between sampled turns, tokenized, and the sampled ids.
-    prompt_ids.extend(ctx.encode_prompt(pieces[first_piece])?);
-    for (j, &completion) in sampled.iter().enumerate().skip(first_piece) {
-        let record = &state.completions[completion];
-        state.nodes[record.node].copy_span_into(record.span, &mut prompt_ids);
-        prompt_ids.extend(ctx.encode_prompt(pieces[j + 1])?);
-    }
-    drop(tokenizing);
-    let history = history_entries(&sampled, &pieces);
-    Ok(Plan {
-        prompt_ids,
-        base,
-        base_len,
-        history,
-        next_check,
-        rendered: Some(RenderedPrompt {
-            text: rendered.prompt,
-            sampled,
-        }),
-        conversation: None,
-        echoed_calls: Vec::new(),
-    })
 }
 
 /// The node whose completions are exactly `sampled[..m]` for the largest `m`, and whose text
@@ -384,47 +372,6 @@ fn find_base(
         }
     }
     (None, divergence)
-}
-
-/// A message the session did not sample, as the template gets it. Tool calls the proxy never
-/// produced are rendered by the template when it knows `tool_calls`; otherwise they are
-/// written into the content in the session's format, so the model still sees them.
-fn unsampled_message(
-    ctx: &TurnContext,
-    message: &ChatMessage,
-    parser: &dyn ToolParser,
-    request: &ChatRequest,
-) -> TemplateValue {
-    if ctx.harmony
-        && let Some(named) = with_function_name(message, &request.messages)
-    {
-        return named.to_template_value();
-    }
-    if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
-        return message.to_template_value();
-    }
-    let arguments: Vec<Value> = message
-        .tool_calls
-        .iter()
-        .map(|c| c.arguments_value())
-        .collect();
-    let calls: Vec<(&str, &Value)> = message
-        .tool_calls
-        .iter()
-        .zip(&arguments)
-        .map(|(call, arguments)| (call.name.as_str(), arguments))
-        .collect();
-    let mut content = message.content.clone().unwrap_or_default();
-    if !content.is_empty() {
-        content.push('\n');
-    }
-    content.push_str(&parser.write_calls(&calls));
-    ChatMessage {
-        content: Some(content),
-        tool_calls: Vec::new(),
-        ..message.clone()
-    }
-    .to_template_value()
 }
 
 /// A tool result without a `name`, given the name of the call it answers: Harmony writes a

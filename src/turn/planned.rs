@@ -4,9 +4,40 @@
 
 use super::TurnContext;
 use super::segments::exact_check;
+use crate::chat::ChatRequest;
+use crate::metrics::Metrics;
 use crate::session::{
-    CompletionId, ConversationDigest, Divergence, HistoryEntry, SegmentCheck, SessionState,
+    CompletionId, ConversationDigest, Divergence, HistoryEntry, HistoryMode, SegmentCheck,
+    SessionState,
 };
+use crate::tools::ToolParser;
+
+/// What a chat turn's prompt is planned from: the model's pieces, the session as it stands,
+/// the request, how the session keeps history and the tool-call format it reads. Planning
+/// reads these and writes nothing ([`super::plan`]); rendering and tokenizing are timed in
+/// `metrics`.
+#[derive(Clone, Copy)]
+pub struct Planner<'a> {
+    /// The template, tokenizer and placeholders.
+    pub ctx: &'a TurnContext,
+    /// The session's state.
+    pub state: &'a SessionState,
+    /// The request.
+    pub request: &'a ChatRequest,
+    /// The session's history policy.
+    pub history: HistoryMode,
+    /// The session's tool-call format.
+    pub parser: &'a dyn ToolParser,
+    /// Where rendering and tokenizing are timed.
+    pub metrics: &'a Metrics,
+}
+
+/// A render split at its sampled turns: the pieces between them (each without the end token
+/// its turn already holds) and the check of the last one for the next turn.
+pub(super) struct Split<'r> {
+    pub pieces: Vec<&'r str>,
+    pub next_check: SegmentCheck,
+}
 
 /// Where the prompt starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +76,9 @@ pub struct Plan {
     pub conversation: Option<ConversationDigest>,
     /// Calls of the turn before that came back changed but recognised (recorded on the turn).
     pub echoed_calls: Vec<crate::session::EchoChange>,
+    /// A tail-only render of this turn disagreed with the full render this plan was built
+    /// from: the template's text after a turn depends on more than the conversation's end.
+    pub tail_render_disagreed: bool,
 }
 
 /// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in

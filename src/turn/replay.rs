@@ -4,7 +4,7 @@
 //! recorded twice.
 
 use crate::backend::EventStream;
-use crate::generation::{Generation, StreamEvent};
+use crate::generation::StreamEvent;
 use crate::session::Session;
 use crate::session::replies::{CommittedTurn, TurnKey};
 use std::sync::Arc;
@@ -14,39 +14,34 @@ pub(super) fn recorded(session: &Session, key: Option<&TurnKey>) -> Option<Arc<C
     session.replies.committed(&key?.key)
 }
 
-/// The recorded samples, each with the backend that produced it.
-pub(super) fn samples(turn: &CommittedTurn) -> Vec<(Generation, Arc<str>)> {
+/// The recorded samples as backend streams, one per choice: a token per event as a backend
+/// streams them (`per_token`, so a streaming client sees the stream the first reply was), else
+/// each sample in one piece.
+pub(super) fn streams(turn: &CommittedTurn, per_token: bool) -> Vec<(EventStream, Arc<str>)> {
     turn.choices
         .iter()
-        .map(|choice| (choice.generation(), choice.backend.clone()))
-        .collect()
-}
-
-/// The recorded samples as backend streams, one per choice, a token per event as a backend
-/// streams them (so the client sees the stream the first reply was).
-pub(super) fn streams(turn: &CommittedTurn) -> Vec<(EventStream, Arc<str>)> {
-    samples(turn)
-        .into_iter()
-        .map(|(generation, backend)| {
-            let finished = StreamEvent::Finished {
-                finish_reason: generation.finish_reason,
-                stop: generation.stop,
-                weight_version: generation.weight_version,
-                weight_spans: generation.weight_spans,
-                routed_experts: generation.routed_experts,
-                cached_tokens: generation.cached_tokens,
-            };
-            let tokens = generation.token_ids.into_iter().zip(generation.logprobs);
-            let events = tokens
-                .map(|(id, logprob)| StreamEvent::Tokens {
-                    token_ids: vec![id],
-                    logprobs: vec![logprob],
-                    top_logprobs: None,
-                })
-                .chain([finished])
-                .map(Ok);
-            let stream: EventStream = Box::pin(futures::stream::iter(events));
-            (stream, backend)
+        .map(|choice| {
+            let mut events = choice.generation().into_events();
+            if per_token
+                && let StreamEvent::Tokens {
+                    token_ids,
+                    logprobs,
+                    ..
+                } = events.remove(0)
+            {
+                let singles =
+                    token_ids
+                        .into_iter()
+                        .zip(logprobs)
+                        .map(|(id, logprob)| StreamEvent::Tokens {
+                            token_ids: vec![id],
+                            logprobs: vec![logprob],
+                            top_logprobs: None,
+                        });
+                events.splice(0..0, singles);
+            }
+            let stream: EventStream = Box::pin(futures::stream::iter(events.into_iter().map(Ok)));
+            (stream, choice.backend.clone())
         })
         .collect()
 }

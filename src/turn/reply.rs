@@ -2,7 +2,6 @@
 //! the reasoning, the tool calls promoted from it, and why it ended. Each API's adapter writes
 //! a [`Reply`] in its own wire format.
 
-use crate::chat::ChatRequest;
 use crate::generation::{FinishReason, Generation, StopMatch};
 use crate::reasoning::ReasoningSyntax;
 use crate::tokenizer::Tokenizer;
@@ -63,7 +62,8 @@ pub struct ReturnedCall {
 /// What the client is shown for one sampled choice.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
-    /// The text outside reasoning and calls; `None` when nothing but whitespace is left.
+    /// The text outside reasoning and calls (empty when there is none); `None` when the reply
+    /// has calls and nothing but whitespace is left.
     pub content: Option<String>,
     /// The reasoning block, when the session returns reasoning separately.
     pub reasoning: Option<String>,
@@ -77,21 +77,6 @@ pub struct Reply {
     pub end_token_text: Option<String>,
     /// How the call markup in the text fared (promoted, healed, left as text).
     pub tool_outcomes: CallOutcomes,
-}
-
-impl Reply {
-    /// A reply whose whole visible text is its content (a text completion).
-    pub fn plain(text: String, end_token_text: Option<String>, reason: FinishReason) -> Self {
-        Self {
-            content: Some(text.clone()),
-            reasoning: None,
-            tool_calls: Vec::new(),
-            finish: Finish::of(reason, false),
-            text,
-            end_token_text,
-            tool_outcomes: CallOutcomes::default(),
-        }
-    }
 }
 
 /// A piece of a reply's content, in document order.
@@ -146,18 +131,6 @@ pub fn end_token_text(tokenizer: &Tokenizer, generation: &Generation) -> Option<
     }
 }
 
-/// The visible text of a generation (special tokens left out but those in `shown`) and the
-/// special token it ended on, if any.
-pub fn visible_text(
-    tokenizer: &Tokenizer,
-    generation: &Generation,
-    shown: &[u32],
-) -> (String, Option<String>) {
-    let mut text = tokenizer.decode_visible(&generation.token_ids, shown);
-    cut_at_stop(&mut text, generation.stop.as_ref());
-    (text, end_token_text(tokenizer, generation))
-}
-
 /// The special tokens a reply's text keeps: the tool format's markers and those the reasoning
 /// split reads.
 pub fn shown_markers(
@@ -170,66 +143,6 @@ pub fn shown_markers(
         shown.extend(tokenizer.special_ids(syntax.markers()));
     }
     shown
-}
-
-/// Shapes one choice: parses tool calls when tools are callable.
-///
-/// `reasoning`: how the reply marks reasoning when it is returned apart; tool calls are only
-/// looked for in the rest.
-pub fn shape(
-    tokenizer: &Tokenizer,
-    parser: &dyn ToolParser,
-    request: &ChatRequest,
-    generation: &Generation,
-    reasoning: Option<ReasoningSyntax>,
-    ids: &mut CallIds,
-) -> Reply {
-    let shown = shown_markers(tokenizer, parser, reasoning);
-    let (text, end_token_text) = visible_text(tokenizer, generation, &shown);
-    let (reasoning, answer) = match reasoning {
-        Some(syntax) => crate::reasoning::split(&text, syntax),
-        None => (None, text.clone()),
-    };
-    let promoter = request.promoter();
-    let parsed = promoter
-        .is_active()
-        .then(|| parser.parse(&answer, &promoter));
-    let tool_outcomes = parsed.as_ref().map(|p| p.outcomes).unwrap_or_default();
-    let parsed = parsed.filter(|p| !p.calls.is_empty());
-    let (content, tool_calls) = match parsed {
-        Some(parsed) => {
-            let keep = if request.parallel_tool_calls {
-                usize::MAX
-            } else {
-                1
-            };
-            let calls = parsed
-                .calls
-                .into_iter()
-                .zip(parsed.call_offsets)
-                .take(keep)
-                .map(|(c, offset)| ReturnedCall {
-                    id: ids.issue(),
-                    name: c.name,
-                    arguments: c.arguments,
-                    offset,
-                    healed_from: c.healed_from,
-                })
-                .collect();
-            (parsed.content, calls)
-        }
-        None => (Some(answer), Vec::new()),
-    };
-    let finish = Finish::of(generation.finish_reason, !tool_calls.is_empty());
-    Reply {
-        content,
-        reasoning,
-        tool_calls,
-        finish,
-        text,
-        end_token_text,
-        tool_outcomes,
-    }
 }
 
 /// Tool-call ids numbered across the session (continuing from the calls it already returned),

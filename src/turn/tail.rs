@@ -10,8 +10,9 @@
 //! ([`crate::checker::tail_renders_hold`]); every sixteenth such turn a session also renders in
 //! full and compares (a mismatch uses the full render and is counted).
 
+use super::TurnError;
+use super::planned::Planner;
 use super::planned::{Base, Plan, RenderedPrompt, chain_candidate};
-use super::{TurnContext, TurnError};
 use crate::chat::{ChatMessage, ChatRequest, Role};
 use crate::session::{CompletionId, SessionState};
 use std::hash::Hasher;
@@ -69,13 +70,12 @@ pub type RenderKept<'a> = dyn Fn(&[usize]) -> Result<Option<RenderedTail>, TurnE
 /// The plan of a tail-only render, when the conversation allows one: `matched` are the
 /// request's messages' completions, `digests` its prefix digests.
 pub fn plan(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
+    planner: &Planner,
     matched: &[Option<CompletionId>],
     digests: &[u64],
     render: &RenderKept,
 ) -> Result<Option<Plan>, TurnError> {
+    let (ctx, state, request) = (planner.ctx, planner.state, planner.request);
     let Some(last) = matched.iter().rposition(Option::is_some) else {
         return Ok(None);
     };
@@ -105,6 +105,7 @@ pub fn plan(
         rendered: Some(tail.rendered),
         conversation: None,
         echoed_calls: Vec::new(),
+        tail_render_disagreed: false,
     }))
 }
 

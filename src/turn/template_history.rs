@@ -2,22 +2,22 @@
 //! `history: "template"` (the node is extended only where that rendering starts with it), and
 //! the fallback for a template that does not reproduce the sampled turns' placeholders.
 
-use super::planned::{Base, Plan, RenderedPrompt, chain_candidate, history_entries};
+use super::planned::{
+    Base, Plan, Planner, RenderedPrompt, Split, chain_candidate, history_entries,
+};
 use super::segments::generation_check;
 use super::{TurnContext, TurnError};
-use crate::chat::ChatRequest;
-use crate::session::{CompletionId, Divergence, SegmentCheck, SessionState};
+use crate::session::{CompletionId, Divergence, SessionState};
 use crate::template::{RenderRequest, TemplateValue, template_map};
 
 /// Renders the conversation with each sampled turn as its raw text (what the template itself
 /// would produce from the model's output).
 fn render_raw(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
+    planner: &Planner,
     messages: &[TemplateValue],
     matched: &[Option<CompletionId>],
 ) -> Result<String, TurnError> {
+    let (ctx, state, request) = (planner.ctx, planner.state, planner.request);
     let raw: Vec<TemplateValue> = messages
         .iter()
         .zip(matched)
@@ -63,19 +63,16 @@ fn raw_text(ctx: &TurnContext, state: &SessionState, completion: CompletionId) -
 
 /// `history: "template"`: the prompt is the template's own rendering of the conversation; the
 /// node is extended only when its text is a prefix of that rendering.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn template_mode_plan(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
+    planner: &Planner,
     messages: &[TemplateValue],
     matched: &[Option<CompletionId>],
-    sampled: &[CompletionId],
-    pieces: &[&str],
-    next_check: SegmentCheck,
+    Split { pieces, next_check }: Split,
 ) -> Result<Plan, TurnError> {
-    let faithful = render_raw(ctx, state, request, messages, matched)?;
-    let history = history_entries(sampled, pieces);
+    let (ctx, state) = (planner.ctx, planner.state);
+    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+    let faithful = render_raw(planner, messages, matched)?;
+    let history = history_entries(&sampled, &pieces);
     let mut divergence = None;
     if let Some(n) = (1..=sampled.len())
         .rev()
@@ -96,6 +93,7 @@ pub(super) fn template_mode_plan(
                 rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
                 conversation: None,
                 echoed_calls: Vec::new(),
+                tail_render_disagreed: false,
             });
         }
         let at = node_text
@@ -122,20 +120,20 @@ pub(super) fn template_mode_plan(
         rendered: Some(RenderedPrompt::with_turns_as_text(faithful)),
         conversation: None,
         echoed_calls: Vec::new(),
+        tail_render_disagreed: false,
     })
 }
 
 /// The template did not reproduce every placeholder once and in order (it dropped, reordered or
 /// altered a sampled turn): tokenize its own rendering as a new node and say so.
 pub(super) fn faithful_fallback(
-    ctx: &TurnContext,
-    state: &SessionState,
-    request: &ChatRequest,
+    planner: &Planner,
     messages: &[TemplateValue],
     matched: &[Option<CompletionId>],
-    sampled: Vec<CompletionId>,
 ) -> Result<Plan, TurnError> {
-    let text = render_raw(ctx, state, request, messages, matched)?;
+    let ctx = planner.ctx;
+    let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
+    let text = render_raw(planner, messages, matched)?;
     let empty_pieces = vec![""; sampled.len()];
     Ok(Plan {
         prompt_ids: ctx.encode_prompt(&text)?,
@@ -155,5 +153,6 @@ pub(super) fn faithful_fallback(
         rendered: Some(RenderedPrompt::with_turns_as_text(text)),
         conversation: None,
         echoed_calls: Vec::new(),
+        tail_render_disagreed: false,
     })
 }

@@ -90,5 +90,6 @@ pub fn prepare_text(
         rendered: None,
         conversation: None,
         echoed_calls: Vec::new(),
+        tail_render_disagreed: false,
     })
 }

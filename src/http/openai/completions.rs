@@ -10,7 +10,7 @@ use crate::http::{ApiError, AppState};
 use crate::metrics::Stage;
 use crate::session::replies::TurnKey;
 use crate::tokenizer::Tokenizer;
-use crate::turn::{ChoiceOutput, TextPrompt};
+use crate::turn::{ChoiceOutput, TextPrompt, TextRequest};
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -130,12 +130,16 @@ pub async fn completions(
         .map_err(|e| ApiError::bad_request(e.to_string()))?,
     };
     params.check().map_err(ApiError::bad_request)?;
-    let output = state
-        .pipeline
-        .complete_text(&session, &body.prompt, params, n, key.as_deref())
-        .await?;
-    let tokenizer = &state.pipeline.context.tokenizer;
     let return_token_ids = body.return_token_ids.unwrap_or(false);
+    let top_logprobs = body.logprobs;
+    let request = TextRequest {
+        prompt: body.prompt,
+        params,
+        n,
+        key: key.map(|key| key.into_inner()),
+    };
+    let output = state.pipeline.complete_text(&session, &request).await?;
+    let tokenizer = &state.pipeline.context.tokenizer;
     let choices: Vec<TextChoice> = output
         .choices
         .iter()
@@ -144,7 +148,7 @@ pub async fn completions(
             index,
             text: &choice.reply.text,
             finish_reason: choice.generation.finish_reason.as_str(),
-            logprobs: body.logprobs.map(|_| LegacyLogprobs::of(tokenizer, choice)),
+            logprobs: top_logprobs.map(|_| LegacyLogprobs::of(tokenizer, choice)),
             token_ids: &choice.generation.token_ids,
             prompt_token_ids: return_token_ids.then(|| output.prompt_ids()),
         })
