@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::mock_worker::{Sample, Wire};
-use common::{Proxy, fixture_model, scratch_dir};
+use common::mock_worker::{MockWorker, Sample, Wire};
+use common::{KillOnDrop, Proxy, fixture_model, free_port, scratch_dir};
 use rollout_proxy::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -32,16 +32,28 @@ async fn tail_renders(proxy: &Proxy) -> (u64, u64, u64) {
 /// turn's prompt compared with a full render of the same request; returns the session.
 async fn rollout(proxy: &Proxy, tokenizer: &Tokenizer, turns: usize) -> String {
     let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    go_on(proxy, tokenizer, &uuid, &mut messages, 0..turns).await;
+    uuid
+}
+
+/// Turns `turns` of a rollout on `uuid` whose conversation so far is `messages`.
+async fn go_on(
+    proxy: &Proxy,
+    tokenizer: &Tokenizer,
+    uuid: &str,
+    messages: &mut Vec<Value>,
+    turns: std::ops::Range<usize>,
+) {
     let tools = json!([{"type": "function", "function": {"name": "lookup",
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]);
-    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
-    for turn in 0..turns {
+    for turn in turns {
         let last_is_tool = messages.last().is_some_and(|m| m["role"] == "tool");
         if !last_is_tool {
             messages.push(json!({"role": "user", "content": format!("question {turn}")}));
         }
         let body = json!({"messages": messages, "tools": tools});
-        let full = proxy.render(&uuid, body.clone()).await;
+        let full = proxy.render(uuid, body.clone()).await;
         let calls = turn % 3 == 1;
         let text = match calls {
             true => format!(
@@ -50,7 +62,7 @@ async fn rollout(proxy: &Proxy, tokenizer: &Tokenizer, turns: usize) -> String {
             false => format!("answer {turn}<|im_end|>"),
         };
         let (status, reply) = proxy
-            .turn(&uuid, Sample::stop(tokenizer.encode(&text).unwrap()), body)
+            .turn(uuid, Sample::stop(tokenizer.encode(&text).unwrap()), body)
             .await;
         assert_eq!(status, 200, "{reply}");
         let sent = proxy.worker.last_prompt();
@@ -66,7 +78,6 @@ async fn rollout(proxy: &Proxy, tokenizer: &Tokenizer, turns: usize) -> String {
             messages.push(json!({"role": "tool", "tool_call_id": id, "content": "found"}));
         }
     }
-    uuid
 }
 
 #[tokio::test]
@@ -78,6 +89,45 @@ async fn a_long_rollout_sends_what_a_full_render_gives() {
     // Turn 1 has nothing sampled before it; the first tail turn and every 16th are verified.
     assert_eq!((used + verified, mismatch), (39, 0));
     assert_eq!(verified, 3);
+}
+
+/// The conversation each turn was sampled after is journaled with it: a proxy restarted on
+/// its data directory renders only the end of a conversation from its first turn on.
+#[tokio::test]
+async fn a_restarted_proxy_renders_only_the_end_from_its_first_turn() {
+    let dir = scratch_dir("tail-render-restart");
+    let tokenizer = Tokenizer::from_path(&fixture_model("qwen3")).unwrap();
+    let worker = MockWorker::start(Wire::Sglang);
+    let serve = |port: u16| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"));
+        command
+            .args(["serve", "--port", &port.to_string(), "--workers", "1"])
+            .arg("--tokenizer")
+            .arg(fixture_model("qwen3"))
+            .args(["--backend", &worker.url, "--backend-type", "sglang"])
+            .arg("--data-dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null());
+        KillOnDrop(command.spawn().unwrap())
+    };
+    let port = free_port();
+    let first = serve(port);
+    let proxy = Proxy::attach(format!("http://127.0.0.1:{port}"), worker.clone()).await;
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    go_on(&proxy, &tokenizer, &uuid, &mut messages, 0..3).await;
+    drop(first);
+
+    let port = free_port();
+    let _second = serve(port);
+    let proxy = Proxy::attach(format!("http://127.0.0.1:{port}"), worker).await;
+    go_on(&proxy, &tokenizer, &uuid, &mut messages, 3..5).await;
+    let (used, verified, mismatch) = tail_renders(&proxy).await;
+    assert_eq!(
+        (used, verified, mismatch),
+        (1, 1, 0),
+        "both turns after the restart rendered only the end (the first checked)"
+    );
 }
 
 #[tokio::test]

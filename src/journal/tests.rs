@@ -87,6 +87,11 @@ fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
                 key: format!("key-{seed}"),
                 body_hash: u64::from(seed) * 31,
             }),
+        // From seed 12 on, the conversation the turn was sampled after.
+        conversation: (seed >= 12).then_some(crate::session::ConversationDigest {
+            messages: seed as usize,
+            digest: u64::from(seed) * 77,
+        }),
     }
 }
 
@@ -114,7 +119,7 @@ fn entries_read_back_as_written() {
     for seed in [7, 8, 9, 10, 11, 12, 13] {
         let entry = Entry::Committed {
             id: Uuid::new_v4(),
-            record: turn(Some(2), seed),
+            record: Box::new(turn(Some(2), seed)),
         };
         let mut bytes = Vec::new();
         codec::encode(&entry, &mut bytes);
@@ -226,8 +231,18 @@ fn written_journal() -> (Vec<u8>, Vec<Entry>) {
             created_at: f64::from(i),
         });
         for t in 0..3 {
-            let record = turn((t > 0).then_some(0), i * 10 + t);
-            entries.push(Entry::Committed { id, record });
+            let mut record = turn((t > 0).then_some(0), i * 10 + t);
+            // As a real turn's: the node's earlier turns, each checked.
+            record.history = (0..t as usize)
+                .map(|completion| crate::session::HistoryEntry {
+                    completion,
+                    before: record.next_check.clone(),
+                })
+                .collect();
+            entries.push(Entry::Committed {
+                id,
+                record: Box::new(record),
+            });
         }
         if i == 2 {
             entries.push(Entry::Deleted { id });
@@ -419,7 +434,7 @@ fn a_session_written_again_after_its_deletion_survives_compaction() {
         created,
         Entry::Committed {
             id,
-            record: turn(None, 3),
+            record: Box::new(turn(None, 3)),
         },
     ] {
         journal.append(&entry).unwrap();

@@ -51,7 +51,7 @@ pub struct CompletionRecord {
 
 /// What a completion was sampled after: how many messages the request had, and a digest of
 /// them with its tools and template kwargs (a later turn that sends the same conversation on
-/// may render only what follows; see `turn::tail`). Kept in memory only.
+/// may render only what follows; see `turn::tail`). Journaled with the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConversationDigest {
     /// How many messages the request had.

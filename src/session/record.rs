@@ -7,8 +7,8 @@ use super::node::HealedCall;
 use super::replies::{CommittedTurn, KeySlot, TurnKey};
 use super::responses::StoredResponse;
 use super::{
-    CompletionRecord, Divergence, HistoryEntry, IssuedToolCall, Node, SegmentCheck, Session,
-    SessionState, TurnRecord,
+    CompletionRecord, ConversationDigest, Divergence, HistoryEntry, IssuedToolCall, Node,
+    SegmentCheck, Session, SessionState, TurnRecord,
 };
 use crate::generation::{FinishReason, Generation, RoutedExperts, StopMatch, WeightSpan};
 use std::sync::Arc;
@@ -61,6 +61,9 @@ pub struct CommitRecord {
     pub choices: Vec<RecordedChoice>,
     /// The `Idempotency-Key` the turn was asked under, if any.
     pub key: Option<TurnKey>,
+    /// The conversation the turn was sampled after (chat turns): a later turn that sends the
+    /// same conversation on may render only what follows, after a restart too.
+    pub conversation: Option<ConversationDigest>,
 }
 
 /// One sampled choice, as the session records it.
@@ -180,6 +183,7 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         let node = state.nodes.len();
         (state.divergences).note(node, divergence, &record.new_prompt, &state.nodes);
     }
+    let first_completion = state.completions.len();
     let mut placed = Vec::with_capacity(record.choices.len());
     for (i, choice) in record.choices.iter().enumerate() {
         let (index, mut node) = match (&record.start, &base_copy) {
@@ -264,6 +268,11 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         state.tail_of.insert(completion, index);
         state.nodes[index] = node;
         placed.push(index);
+    }
+    if let Some(conversation) = record.conversation {
+        for completion in first_completion..state.completions.len() {
+            state.sampled_after.insert(completion, conversation);
+        }
     }
     placed
 }

@@ -51,6 +51,7 @@ impl CommitRecord {
             track_tree,
             choices,
             key: None,
+            conversation: plan.conversation,
         }
     }
 }
@@ -64,7 +65,5 @@ pub fn commit(
     tools: Option<&DeclaredTools>,
 ) -> Vec<usize> {
     let record = CommitRecord::new(plan, choices, labels, false, tools);
-    let nodes = apply(state, &record);
-    super::tail::remember(state, plan, choices.len());
-    nodes
+    apply(state, &record)
 }

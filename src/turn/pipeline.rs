@@ -276,7 +276,6 @@ impl Pipeline {
             CommitRecord::new(plan, choices, &labels, session.options.track_tree, tools);
         record.key = request.key().cloned();
         let nodes = self.write(session, state, record)?;
-        super::tail::remember(state, plan, choices.len());
         if let TurnRequest::Chat(_) = request {
             let format = session.options.tool_parser.name();
             for choice in choices {

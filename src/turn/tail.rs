@@ -14,7 +14,7 @@ use super::TurnError;
 use super::planned::Planner;
 use super::planned::{Base, Plan, RenderedPrompt, chain_candidate};
 use crate::chat::{ChatMessage, ChatRequest, Role};
-use crate::session::{CompletionId, SessionState};
+use crate::session::CompletionId;
 use std::hash::Hasher;
 
 /// A session renders its first tail-only prompt, and then every this many, also in full.
@@ -50,17 +50,6 @@ fn write_message(hasher: &mut xxhash_rust::xxh3::Xxh3Default, message: &ChatMess
         field(call.arguments.to_string().as_bytes());
     }
     field(&serde_json::to_vec(&message.extra).unwrap_or_default());
-}
-
-/// Remembers, for each completion a turn just added, the conversation it was sampled after.
-pub fn remember(state: &mut SessionState, plan: &Plan, added: usize) {
-    let Some(conversation) = plan.conversation else {
-        return;
-    };
-    let total = state.completions.len();
-    for completion in total.saturating_sub(added)..total {
-        state.sampled_after.insert(completion, conversation);
-    }
 }
 
 /// Renders the kept messages (by index) and splits off the text after the last sampled turn;

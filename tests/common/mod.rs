@@ -286,6 +286,18 @@ impl Proxy {
         }
     }
 
+    /// A client of a proxy started elsewhere (a `serve` process) at `url` in front of
+    /// `worker`, once it answers.
+    pub async fn attach(url: String, worker: MockWorker) -> Self {
+        let client = reqwest::Client::new();
+        wait_for_health(&client, &url).await;
+        Self {
+            url,
+            worker,
+            client,
+        }
+    }
+
     /// The Atropos setup in front of one SGLang upstream that takes one request at a time, with
     /// the pool's queue holding at most `max_queued` requests.
     pub fn single_slot(max_queued: usize) -> Self {

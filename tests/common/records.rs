@@ -49,5 +49,6 @@ pub fn synthetic_turn(
             backend: "http://gpu1:30000".into(),
         }],
         key: None,
+        conversation: None,
     }
 }

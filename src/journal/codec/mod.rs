@@ -25,8 +25,8 @@ pub enum Entry {
     Committed {
         /// The session.
         id: Uuid,
-        /// The turn.
-        record: CommitRecord,
+        /// The turn (boxed: the other entries are small).
+        record: Box<CommitRecord>,
     },
     /// A turn's nudge label changed after its commit.
     Relabelled {
@@ -277,7 +277,7 @@ pub fn decode(payload: &[u8]) -> Result<Entry, Corrupt> {
         }
         2 => Entry::Committed {
             id,
-            record: r.record()?,
+            record: Box::new(r.record()?),
         },
         3 => Entry::Relabelled {
             id,

@@ -1,13 +1,13 @@
 //! A committed turn ([`CommitRecord`]) in the journal's binary form, both ways. Fields added
 //! after the first version (the key, healed calls, echo keys and echoed calls, weight spans,
-//! routed experts) are written last, in that order, so that a record written before each
-//! still reads.
+//! routed experts, the conversation digest) are written last, in that order, so that a record
+//! written before each still reads.
 
 use super::{Corrupt, Reader, Writer, intern};
 use crate::generation::{FinishReason, RoutedExperts, StopMatch, WeightSpan};
 use crate::session::replies::TurnKey;
 use crate::session::{CommitRecord, Divergence, HistoryEntry, IssuedToolCall, RecordedChoice};
-use crate::session::{EchoChange, EchoKey, Start, TurnLabels};
+use crate::session::{ConversationDigest, EchoChange, EchoKey, Start, TurnLabels};
 use crate::tools::ToolFormat;
 use std::sync::Arc;
 
@@ -103,7 +103,9 @@ impl Writer<'_> {
             })
             .collect();
         // Each section is written when it or any section after it has something to say.
-        let with_experts = record.choices.iter().any(|c| c.routed_experts.is_some());
+        let with_conversation = record.conversation.is_some();
+        let with_experts =
+            with_conversation || record.choices.iter().any(|c| c.routed_experts.is_some());
         let with_spans = with_experts || record.choices.iter().any(|c| !c.weight_spans.is_empty());
         let with_echoes =
             with_spans || !echo_keys.is_empty() || !record.labels.echoed_calls.is_empty();
@@ -164,6 +166,11 @@ impl Writer<'_> {
                         .for_each(|id| self.0.extend_from_slice(&id.to_le_bytes()));
                 }
             }
+        }
+        // After the experts, so records written before the digest was journaled read.
+        if let Some(conversation) = record.conversation {
+            self.u32(conversation.messages as u32);
+            self.u64(conversation.digest);
         }
     }
 }
@@ -283,6 +290,13 @@ impl Reader<'_> {
                 }
             }
         }
+        let conversation = match self.bytes.is_empty() {
+            true => None,
+            false => Some(ConversationDigest {
+                messages: self.u32()? as usize,
+                digest: self.u64()?,
+            }),
+        };
         Ok(CommitRecord {
             start,
             new_prompt,
@@ -297,6 +311,7 @@ impl Reader<'_> {
             track_tree,
             choices,
             key,
+            conversation,
         })
     }
     fn choice(&mut self) -> Result<RecordedChoice, Corrupt> {
