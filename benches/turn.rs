@@ -14,13 +14,13 @@ use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
 use rollout_proxy::generation::{FinishReason, Generation};
 use rollout_proxy::json_numbers::NumberArray;
 use rollout_proxy::metrics::Metrics;
-use rollout_proxy::session::{HistoryMode, SessionState};
+use rollout_proxy::session::{CommitRecord, HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
 use rollout_proxy::turn::reply::CallIds;
 use rollout_proxy::turn::{
-    ChoiceOutput, ChoiceStream, Plan, Planner, TailRender, TurnContext, TurnRequest, commit,
+    ChoiceOutput, ChoiceStream, Plan, Planner, TailRender, TurnContext, TurnRequest,
 };
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -98,7 +98,8 @@ fn session_with_history(ctx: &TurnContext, target: usize) -> (SessionState, Vec<
             generation,
             backend: "bench".into(),
         };
-        commit(&mut state, &plan, &[choice], &Default::default(), None);
+        let record = CommitRecord::new(&plan, &[choice], &Default::default(), false, None);
+        rollout_proxy::session::apply(&mut state, &record);
         messages.push(json!({"role": "assistant", "content": answer_text}));
         turn += 1;
         if state.nodes[0].len() >= target {

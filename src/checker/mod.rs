@@ -13,6 +13,7 @@
 
 mod reference;
 mod rewrite;
+mod scripted;
 pub mod shapes;
 mod simulate;
 mod table;
@@ -140,7 +141,7 @@ pub fn check(
     reference: Option<(&Path, &Path)>,
 ) -> Result<Report, ReferenceError> {
     let format = ctx.default_tool_format.clone();
-    let parser = format.parser();
+
     let written = match ctx.harmony {
         true => Some("harmony"),
         false => crate::tools::detect::written_format(&ctx.template)
@@ -150,7 +151,7 @@ pub fn check(
     let runs: Vec<_> = shapes::all()
         .into_iter()
         .map(|shape| {
-            let run = simulate::run(ctx, parser, &shape);
+            let run = simulate::run(ctx, &format, &shape);
             (shape, run)
         })
         .collect();
@@ -198,7 +199,7 @@ pub fn tail_renders_hold(ctx: &TurnContext) -> bool {
     let format = ctx.default_tool_format.clone();
     let runs: Vec<simulate::ShapeRun> = shapes::all()
         .iter()
-        .map(|shape| simulate::run(ctx, format.parser(), shape))
+        .map(|shape| simulate::run(ctx, &format, shape))
         .collect();
     tail_renders_agree(runs.iter().flat_map(|run| &run.transitions))
 }

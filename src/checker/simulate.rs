@@ -1,23 +1,22 @@
 //! A shape run as a session: each assistant message is sampled as the template renders it
-//! (its tokens up to the end-of-turn token), shaped into the reply a client gets, committed to
-//! the node by the real turn code, and sent back by the client on the next turn, tool results
-//! naming the ids the proxy issued. Each next turn shows whether the session extends its node
-//! (`history: "sampled"`) and whether the template's own render extends the previous prompt
-//! plus the sampled reply (`history: "template"`).
+//! (its tokens up to the end-of-turn token) by a scripted backend behind the real turn
+//! pipeline, which shapes it into the reply a client gets and records it in the node; the
+//! client sends it back on the next turn, tool results naming the ids the proxy issued. Each
+//! next turn shows whether the session extends its node (`history: "sampled"`) and whether
+//! the template's own render extends the previous prompt plus the sampled reply
+//! (`history: "template"`).
 
 use super::rewrite::{self, Rewrite, Sampled};
+use super::scripted::Script;
 use super::shapes::Shape;
 use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::generation::{FinishReason, Generation};
-use crate::metrics::Metrics;
-use crate::session::{HistoryMode, SessionState, TurnLabels};
+use crate::session::{HistoryMode, SessionOptions, SessionStore};
 use crate::template::{RenderRequest, TemplateValue, json_value};
-use crate::tools::ToolParser;
 use crate::tools::detect::call_message_forms;
-use crate::turn::reply::{CallIds, Reply};
-use crate::turn::{
-    Base, ChoiceOutput, ChoiceStream, Planner, TailRender, TurnContext, TurnRequest, commit,
-};
+use crate::tools::{ToolFormat, ToolParser};
+use crate::turn::reply::Reply;
+use crate::turn::{Base, Pipeline, Planner, TailRender, TurnContext};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -70,9 +69,9 @@ pub struct Transition {
 }
 
 /// Runs `shape` on a fresh session whose tool format is `parser`.
-pub fn run(ctx: &TurnContext, parser: &Arc<dyn ToolParser>, shape: &Shape) -> ShapeRun {
+pub fn run(ctx: &TurnContext, format: &ToolFormat, shape: &Shape) -> ShapeRun {
     let mut run = ShapeRun::default();
-    if let Err(error) = run_turns(ctx, parser, shape, &mut run) {
+    if let Err(error) = run_turns(ctx, format, shape, &mut run) {
         run.error = Some(error);
     }
     run
@@ -80,13 +79,31 @@ pub fn run(ctx: &TurnContext, parser: &Arc<dyn ToolParser>, shape: &Shape) -> Sh
 
 fn run_turns(
     ctx: &TurnContext,
-    shared_parser: &Arc<dyn ToolParser>,
+    format: &ToolFormat,
     shape: &Shape,
     run: &mut ShapeRun,
 ) -> Result<(), String> {
-    let parser = shared_parser.as_ref();
-    let metrics = Metrics::default();
-    let mut state = SessionState::default();
+    let parser = format.parser().as_ref();
+    let script = Script::default();
+    let pipeline = Pipeline {
+        context: ctx.clone(),
+        backends: Arc::new(script.pool()),
+        context_length: None,
+        max_session_tokens: None,
+        log: None,
+        under_way: Default::default(),
+        gate: Default::default(),
+        metrics: Default::default(),
+        model_name: "check-template".into(),
+    };
+    let session = SessionStore::default()
+        .create(SessionOptions {
+            tool_parser: format.clone(),
+            history: HistoryMode::Sampled,
+            reasoning: true,
+            ..SessionOptions::default()
+        })
+        .map_err(|e| e.to_string())?;
     let mut client: Vec<Value> = Vec::new();
     let mut issued: HashMap<String, String> = HashMap::new();
     let mut sampled_turns: Vec<Sampled> = Vec::new();
@@ -104,68 +121,51 @@ fn run_turns(
         let rendered = render(ctx, &request, normalised(&client, shape)?, shape, true);
         run.renders.push(rendered.clone());
         let prompt = rendered.text?;
-        let planner = Planner {
-            ctx,
-            state: &state,
-            request: &request,
-            history: HistoryMode::Sampled,
-            parser,
-            metrics: &metrics,
-        };
-        let plan = planner
-            .prepare(TailRender::Never)
-            .map_err(|e| e.to_string())?;
-        if let Some((before, earlier)) = sampled_turns.split_last() {
-            let tail_render = planner.tail_agrees().map_err(|e| e.to_string())?;
-            let locate = |at: usize| locate_message(ctx, &client, shape, before, at);
-            run.transitions.push(Transition {
-                turn: before.turn,
-                keeps_node: matches!(plan.base, Base::Extend { .. }),
-                divergence: match &plan.base {
-                    Base::Extend { .. } => None,
-                    Base::New { divergence } => Some(
-                        divergence
-                            .as_ref()
-                            .map_or("new_node".to_string(), |d| d.reason.to_string()),
-                    ),
-                },
-                rewrite: rewrite::find(ctx, before, earlier, &prompt, &locate),
-                tail_render,
-            });
+        {
+            let state = session.state.try_lock().map_err(|e| e.to_string())?;
+            let planner = Planner {
+                ctx,
+                state: &state,
+                request: &request,
+                history: HistoryMode::Sampled,
+                parser,
+                metrics: &pipeline.metrics,
+            };
+            let plan = planner
+                .prepare(TailRender::Never)
+                .map_err(|e| e.to_string())?;
+            if let Some((before, earlier)) = sampled_turns.split_last() {
+                let tail_render = planner.tail_agrees().map_err(|e| e.to_string())?;
+                let locate = |at: usize| locate_message(ctx, &client, shape, before, at);
+                run.transitions.push(Transition {
+                    turn: before.turn,
+                    keeps_node: matches!(plan.base, Base::Extend { .. }),
+                    divergence: match &plan.base {
+                        Base::Extend { .. } => None,
+                        Base::New { divergence } => Some(
+                            divergence
+                                .as_ref()
+                                .map_or("new_node".to_string(), |d| d.reason.to_string()),
+                        ),
+                    },
+                    rewrite: rewrite::find(ctx, before, earlier, &prompt, &locate),
+                    tail_render,
+                });
+            }
         }
         if !is_reply {
             break;
         }
         let (reply_text, ids) =
             written_reply(ctx, parser, &request, &client, message, shape, &prompt)?;
-        let generation = Generation::new(ids.clone(), vec![-0.1; ids.len()], FinishReason::Stop);
-        let syntax = ctx.reasoning_syntax(true, &plan.prompt_ids);
-        let mut call_ids = CallIds::after(state.issued_calls, "call_");
-        let turn = TurnRequest::Chat(&request);
-        let shaping = ChoiceStream::new(
-            &ctx.tokenizer,
-            shared_parser.clone(),
-            turn,
-            syntax,
-            "".into(),
-        );
-        let reply = shaping.whole(generation.clone(), &mut call_ids);
-        let labels = TurnLabels {
-            api: "check-template",
-            ..TurnLabels::default()
-        };
-        let choice = ChoiceOutput {
-            reply: reply.clone(),
-            generation,
-            backend: "check-template".into(),
-        };
-        commit(
-            &mut state,
-            &plan,
-            &[choice],
-            &labels,
-            request.tools.as_deref(),
-        );
+        script.push(Generation::new(
+            ids.clone(),
+            vec![-0.1; ids.len()],
+            FinishReason::Stop,
+        ));
+        let output = futures::executor::block_on(pipeline.run(&session, &request))
+            .map_err(|e| e.to_string())?;
+        let reply = output.choices[0].reply.clone();
         let written_ids: Vec<&str> = message["tool_calls"]
             .as_array()
             .into_iter()

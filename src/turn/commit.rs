@@ -3,7 +3,7 @@
 
 use super::matching::recognisers;
 use super::{Base, ChoiceOutput, Plan};
-use crate::session::{CommitRecord, RecordedChoice, SessionState, Start, TurnLabels, apply};
+use crate::session::{CommitRecord, RecordedChoice, Start, TurnLabels};
 use crate::tools::DeclaredTools;
 
 impl CommitRecord {
@@ -54,16 +54,4 @@ impl CommitRecord {
             conversation: plan.conversation,
         }
     }
-}
-
-/// Records `choices` sampled for `plan`; returns the node index of each choice.
-pub fn commit(
-    state: &mut SessionState,
-    plan: &Plan,
-    choices: &[ChoiceOutput],
-    labels: &TurnLabels,
-    tools: Option<&DeclaredTools>,
-) -> Vec<usize> {
-    let record = CommitRecord::new(plan, choices, labels, false, tools);
-    apply(state, &record)
 }

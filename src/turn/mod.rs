@@ -46,7 +46,6 @@ mod template_history;
 mod text_prompt;
 
 pub use choice_stream::{ChoiceStream, Delta};
-pub use commit::commit;
 pub use events::{SampledTokens, TurnEvent, TurnStream};
 pub use pipeline::{Pipeline, RenderedTurn};
 pub use plan::TailRender;
@@ -172,12 +171,18 @@ pub struct TurnContext {
     /// What the template writes between a think block and a call, which a forced call's
     /// grammar allows ([`crate::tools::detect::think_separator`]).
     pub think_separator: Option<String>,
-    /// Turns may render only the end of their conversation ([`tail`]): off until whoever
-    /// builds the context turns it on (the server does when the template's text after a
-    /// sampled turn proved the same on `check-template`'s shapes at start-up, unless
-    /// `--full-render`). Turned off for good when a check against a full render disagrees.
-    pub tail_renders: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether turns may render only the end of their conversation ([`tail`]): undecided
+    /// until whoever builds the context decides (the server turns it on when the template's
+    /// text after a sampled turn proved the same on `check-template`'s shapes at start-up,
+    /// off with `--full-render`). Turned off for good when a check against a full render
+    /// disagrees.
+    tail_renders: Arc<std::sync::atomic::AtomicU8>,
 }
+
+/// [`TurnContext::tail_renders`]'s states.
+const TAIL_UNDECIDED: u8 = 0;
+const TAIL_ON: u8 = 1;
+const TAIL_OFF: u8 = 2;
 
 impl TurnContext {
     /// The pieces for a model with this template and tokenizer.
@@ -208,19 +213,26 @@ impl TurnContext {
             tokenizer,
             placeholders: Placeholders::new(),
             generation_prompts: Default::default(),
-            tail_renders: Default::default(),
+            tail_renders: Arc::new(TAIL_UNDECIDED.into()),
         }
     }
 
     /// Whether turns may render only the end of their conversation.
     pub fn tail_renders(&self) -> bool {
-        self.tail_renders.load(std::sync::atomic::Ordering::Relaxed)
+        self.tail_renders.load(std::sync::atomic::Ordering::Relaxed) == TAIL_ON
+    }
+
+    /// Whether tail-only renders are off for good (so turns need not remember what their
+    /// conversation was for a later one): `false` while undecided.
+    pub fn tail_renders_ruled_out(&self) -> bool {
+        self.tail_renders.load(std::sync::atomic::Ordering::Relaxed) == TAIL_OFF
     }
 
     /// Allows or stops tail-only renders.
     pub fn set_tail_renders(&self, on: bool) {
+        let state = if on { TAIL_ON } else { TAIL_OFF };
         self.tail_renders
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+            .store(state, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The ids of rendered prompt text (or a piece of it that starts at a message boundary).

@@ -58,8 +58,8 @@ impl Planner<'_> {
             tail == TailRender::Allowed && ctx.tail_renders() && mode == HistoryMode::Sampled;
         // The digests only serve tail renders (this one, and a later turn's): a session that
         // renders in full for good (`--full-render`, a template proved non-local) skips them.
-        let remembers =
-            mode == HistoryMode::Sampled && (tail == TailRender::Never || ctx.tail_renders());
+        let remembers = mode == HistoryMode::Sampled
+            && (tail == TailRender::Never || !ctx.tail_renders_ruled_out());
         let digests = match remembers {
             true => super::tail::prefix_digests(request),
             false => Vec::new(),
