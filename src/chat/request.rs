@@ -3,6 +3,7 @@
 use super::messages::{ChatMessage, MessageError};
 use super::wire::WireMessage;
 use crate::generation::SamplingParams;
+use crate::session::Api;
 use crate::session::replies::TurnKey;
 use crate::tools::{DeclaredTools, ToolsError};
 use serde::Deserialize;
@@ -157,7 +158,7 @@ pub struct ChatRequest {
     /// Returned tool calls are named `{call_id_prefix}{n}` (`call_` in OpenAI's APIs).
     pub call_id_prefix: &'static str,
     /// The API the request came in by, as the node's turn records it.
-    pub api: &'static str,
+    pub api: Api,
     /// Declared tools left out of the prompt (recorded in the node's turn).
     pub tools_left_out: Vec<String>,
     /// The request's `Idempotency-Key`, recorded with the turn.
@@ -202,7 +203,7 @@ impl ChatRequest {
             nudge_tool_calls: false,
             return_token_ids: false,
             call_id_prefix: "call_",
-            api: "chat.completions",
+            api: Api::ChatCompletions,
             tools_left_out: Vec::new(),
             key: None,
         }
@@ -275,7 +276,7 @@ impl ChatRequest {
                 && body.auto_heal_tool_calls != Some(false),
             return_token_ids: body.return_token_ids.unwrap_or(false),
             call_id_prefix: "call_",
-            api: "chat.completions",
+            api: Api::ChatCompletions,
             tools_left_out: Vec::new(),
             key: None,
         };

@@ -18,7 +18,7 @@ fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
             generation_prompt: Some("<think>".into()),
         },
         labels: TurnLabels {
-            api: "messages",
+            api: crate::session::Api::Messages,
             tools_left_out: vec!["web_search".into()],
             nudge: None,
             // From seed 10 on, a call of the turn before came back changed.

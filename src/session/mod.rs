@@ -17,7 +17,7 @@ pub use completion::{CompletionId, CompletionRecord, ConversationDigest, EchoKey
 pub use ids::Span;
 pub use node::{Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, TurnRecord};
 pub use record::{
-    CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply, fits,
+    Api, CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply, fits,
 };
 pub use reward::Reward;
 

@@ -87,7 +87,7 @@ pub struct TurnRecord {
     pub nudge: Option<&'static str>,
     /// The API the turn came in by (`chat.completions`, `completions`, `messages`,
     /// `responses`): a rollout may switch.
-    pub api: &'static str,
+    pub api: super::Api,
     /// Tools the request declared that the prompt leaves out (the Responses API's built-in
     /// tools, such as `web_search`, that only OpenAI's servers run).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -29,11 +29,56 @@ pub enum Start {
     },
 }
 
+/// The API a turn came in by; a rollout may switch between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI's chat completions.
+    #[default]
+    ChatCompletions,
+    /// OpenAI's text completions.
+    Completions,
+    /// Anthropic's Messages.
+    Messages,
+    /// OpenAI's Responses.
+    Responses,
+}
+
+impl Api {
+    /// Every API.
+    pub const ALL: [Api; 4] = [
+        Api::ChatCompletions,
+        Api::Completions,
+        Api::Messages,
+        Api::Responses,
+    ];
+
+    /// Its name, as nodes, metrics and spans carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat.completions",
+            Api::Completions => "completions",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+        }
+    }
+
+    /// The API named `name` ([`Api::as_str`]).
+    pub fn named(name: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|api| api.as_str() == name)
+    }
+}
+
+impl serde::Serialize for Api {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// What a node's turn record says of how the turn was asked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TurnLabels {
     /// The API the turn came in by.
-    pub api: &'static str,
+    pub api: Api,
     /// Declared tools the prompt leaves out.
     pub tools_left_out: Vec<String>,
     /// How a nudge retry went for this attempt (`kept`, ...), if there was one.

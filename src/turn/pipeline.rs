@@ -10,7 +10,7 @@ use crate::chat::ChatRequest;
 use crate::generation::SamplingParams;
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::reasoning::ReasoningSyntax;
-use crate::session::{CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
+use crate::session::{Api, CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
 use crate::telemetry::{self, TurnUsage};
 use std::sync::Arc;
 use std::time::Instant;
@@ -198,7 +198,7 @@ impl Pipeline {
     /// Times a finished turn, or counts its failure by cause.
     pub(super) fn measured<T>(
         &self,
-        api: &'static str,
+        api: Api,
         started: Instant,
         result: Result<T, TurnError>,
     ) -> Result<T, TurnError> {
@@ -210,16 +210,16 @@ impl Pipeline {
     }
 
     /// Logs, counts and traces a turn of `api` that failed (nothing recorded).
-    pub(super) fn failed(&self, api: &'static str, error: &TurnError) {
-        tracing::debug!(api, cause = error.cause(), %error, "turn failed");
-        self.metrics.failure(api, error.cause());
+    pub(super) fn failed(&self, api: Api, error: &TurnError) {
+        tracing::debug!(api = api.as_str(), cause = error.cause(), %error, "turn failed");
+        self.metrics.failure(api.as_str(), error.cause());
         telemetry::record_failure(error.cause(), error);
     }
 
     /// The span every event of a turn is logged in (its session and API), exported as a
     /// GenAI span with `--otlp-endpoint`.
-    pub(super) fn turn_span(&self, session: &Session, api: &'static str) -> tracing::Span {
-        telemetry::turn_span(&session.id, api, &self.model_name)
+    pub(super) fn turn_span(&self, session: &Session, api: Api) -> tracing::Span {
+        telemetry::turn_span(&session.id, api.as_str(), &self.model_name)
     }
 
     /// The prompt of a chat turn on `session` (whose state is `state`). A tail-only render
@@ -342,7 +342,8 @@ impl Pipeline {
             backend = %first.backend,
             "turn recorded"
         );
-        self.metrics.turn(record.labels.api, &first.backend, tokens);
+        self.metrics
+            .turn(record.labels.api.as_str(), &first.backend, tokens);
         let usage = TurnUsage {
             input_tokens: tokens.prompt,
             output_tokens: tokens.sampled,

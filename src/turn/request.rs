@@ -4,6 +4,7 @@
 use super::TextPrompt;
 use crate::chat::ChatRequest;
 use crate::generation::SamplingParams;
+use crate::session::Api;
 use crate::session::replies::TurnKey;
 use crate::tools::DeclaredTools;
 
@@ -31,10 +32,10 @@ pub enum TurnRequest<'r> {
 
 impl<'r> TurnRequest<'r> {
     /// The API it came in by, as metrics and the node's turns name it.
-    pub fn api(self) -> &'static str {
+    pub fn api(self) -> Api {
         match self {
             Self::Chat(request) => request.api,
-            Self::Text(_) => "completions",
+            Self::Text(_) => Api::Completions,
         }
     }
 

@@ -8,6 +8,7 @@ use super::events::{TurnEvent, TurnStream};
 use super::{Pipeline, TurnError, TurnRequest};
 use crate::chat::ChatRequest;
 use crate::metrics::Stage;
+use crate::session::Api;
 use crate::session::Session;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -99,7 +100,7 @@ impl Pipeline {
     }
 
     /// Counts a streamed turn's failure and tells the client.
-    async fn fail_stream(&self, driver: &Driver<'_>, api: &'static str, error: TurnError) {
+    async fn fail_stream(&self, driver: &Driver<'_>, api: Api, error: TurnError) {
         self.failed(api, &error);
         let _ = driver.send(TurnEvent::Failed(error)).await;
     }

@@ -255,7 +255,7 @@ mod tests {
             cached_tokens: None,
             approximate: false,
             nudge: None,
-            api: "chat.completions",
+            api: crate::session::Api::ChatCompletions,
             tools_left_out: Vec::new(),
             healed_calls: Vec::new(),
             echoed_calls: Vec::new(),

@@ -27,7 +27,7 @@ pub fn synthetic_turn(
             generation_prompt: None,
         },
         labels: TurnLabels {
-            api: "chat.completions",
+            api: rollout_proxy::session::Api::ChatCompletions,
             ..TurnLabels::default()
         },
         track_tree: false,

@@ -8,6 +8,7 @@
 use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
 use crate::generation::SamplingParams;
 use crate::http::error::BadRequest;
+use crate::session::Api;
 use crate::tools::{DeclaredTools, ToolDialect};
 use serde::Deserialize;
 use serde_json::Value;
@@ -105,7 +106,7 @@ impl MessagesBody {
         };
         let mut request = ChatRequest::conversation(messages, params);
         request.call_id_prefix = "toolu_";
-        request.api = "messages";
+        request.api = Api::Messages;
         request.stream = self.stream;
         if let Some(raw) = &self.tools {
             request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Anthropic)

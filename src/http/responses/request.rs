@@ -9,6 +9,7 @@
 use crate::chat::{ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice};
 use crate::generation::SamplingParams;
 use crate::http::error::BadRequest;
+use crate::session::Api;
 use crate::tools::{DeclaredTools, ToolDialect};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -151,7 +152,7 @@ impl ResponsesBody {
             ..SamplingParams::default()
         };
         let mut request = ChatRequest::conversation(std::mem::take(&mut messages), params);
-        request.api = "responses";
+        request.api = Api::Responses;
         request.stream = self.stream;
         request.response_format = response_format;
         if let Some(raw) = &self.tools {
@@ -461,7 +462,7 @@ mod tests {
         assert_eq!(names, ["exec_command", "mcp.search"]);
         assert_eq!(request.tools_left_out, ["web_search"]);
         assert_eq!(request.template_kwargs["enable_thinking"], true);
-        assert_eq!(request.api, "responses");
+        assert_eq!(request.api, Api::Responses);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 use super::{Corrupt, Reader, Writer, intern};
 use crate::generation::{FinishReason, RoutedExperts, StopMatch, WeightSpan};
 use crate::session::replies::TurnKey;
+use crate::session::{Api, ConversationDigest, EchoChange, EchoKey, Start, TurnLabels};
 use crate::session::{CommitRecord, Divergence, HistoryEntry, IssuedToolCall, RecordedChoice};
-use crate::session::{ConversationDigest, EchoChange, EchoKey, Start, TurnLabels};
 use crate::tools::ToolFormat;
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ impl Writer<'_> {
             self.check(&entry.before);
         }
         self.check(&record.next_check);
-        self.str(record.labels.api);
+        self.str(record.labels.api.as_str());
         self.u32(record.labels.tools_left_out.len() as u32);
         record
             .labels
@@ -205,7 +205,7 @@ impl Reader<'_> {
             })
             .collect::<Result<_, Corrupt>>()?;
         let next_check = self.check()?;
-        let api = intern(&self.string()?);
+        let api = Api::named(&self.string()?).ok_or(Corrupt("api"))?;
         let tools_left_out = (0..self.len(4)?)
             .map(|_| self.string())
             .collect::<Result<_, _>>()?;
