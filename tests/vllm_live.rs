@@ -406,7 +406,8 @@ async fn weights_swapped_mid_stream(server: &VllmServer, proxy: &Proxy) {
         "max_tokens": 2000, "chat_template_kwargs": {"enable_thinking": false}});
     let mut response = proxy.start_stream(&uuid, body).await;
     let mut raw = String::new();
-    while !raw.contains("\"content\"") {
+    // Sampled tokens, not the role chunk's empty content: the pause lands mid-sample.
+    while !raw.contains("\"token_ids\"") {
         let chunk = response.chunk().await.unwrap().expect("the stream goes on");
         raw.push_str(&String::from_utf8_lossy(&chunk));
     }

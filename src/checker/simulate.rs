@@ -163,8 +163,12 @@ fn run_turns(
             vec![-0.1; ids.len()],
             FinishReason::Stop,
         ));
-        let output = futures::executor::block_on(pipeline.run(&session, &request))
-            .map_err(|e| e.to_string())?;
+        // The shape's turns are not the server's: no log line, span or OTLP export of them.
+        let silenced = tracing::subscriber::NoSubscriber::default();
+        let output = tracing::subscriber::with_default(silenced, || {
+            futures::executor::block_on(pipeline.run(&session, &request))
+        })
+        .map_err(|e| e.to_string())?;
         let reply = output.choices[0].reply.clone();
         let written_ids: Vec<&str> = message["tool_calls"]
             .as_array()

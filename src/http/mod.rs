@@ -94,7 +94,7 @@ pub fn read_turn(api: Api, body: &[u8]) -> Result<crate::chat::ChatRequest, ApiE
         Api::Responses => {
             let mut body: responses::ResponsesBody = body::parse_json(body)?;
             let items = responses::input_items(std::mem::take(&mut body.input))?;
-            Ok(body.to_request(&items, None)?)
+            Ok(body.to_request(&items.iter().collect::<Vec<_>>(), None)?)
         }
     }
 }

@@ -28,7 +28,7 @@ pub struct StoredResponse {
 impl StoredResponse {
     /// Every item of the conversation up to and with this response's output, oldest first:
     /// what a request continuing it stands on.
-    pub fn conversation(&self) -> Vec<Value> {
+    pub fn conversation(&self) -> Vec<&Value> {
         let mut chain = vec![self];
         while let Some(previous) = chain.last().and_then(|r| r.previous.as_deref()) {
             chain.push(previous);
@@ -36,7 +36,7 @@ impl StoredResponse {
         let total = chain.iter().map(|r| r.items.len()).sum();
         let mut items = Vec::with_capacity(total);
         for response in chain.iter().rev() {
-            items.extend(response.items.iter().cloned());
+            items.extend(response.items.iter());
         }
         items
     }
@@ -100,10 +100,8 @@ mod tests {
         let last = previous.unwrap();
         let items = last.conversation();
         assert_eq!(items.len(), 200_000);
-        assert_eq!(
-            (items[0].clone(), items[199_999].clone()),
-            (json!(0), json!(199_999))
-        );
+        assert_eq!((items[0], items[199_999]), (&json!(0), &json!(199_999)));
+        drop(items);
         store.insert("last".into(), Arc::try_unwrap(last).unwrap());
         drop(store);
     }

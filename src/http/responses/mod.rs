@@ -41,13 +41,13 @@ struct Conversation {
 
 impl Conversation {
     /// Every item, the previous responses' first.
-    fn items(&self) -> Vec<Value> {
+    fn items(&self) -> Vec<&Value> {
         let mut items = self
             .previous
             .as_ref()
             .map(|previous| previous.conversation())
             .unwrap_or_default();
-        items.extend(self.input.iter().cloned());
+        items.extend(self.input.iter());
         items
     }
 }

@@ -118,7 +118,7 @@ impl ResponsesBody {
     /// The turn for the conversation `items` (earlier responses' items included).
     pub fn to_request(
         &self,
-        items: &[Value],
+        items: &[&Value],
         default_max_tokens: Option<u32>,
     ) -> Result<ChatRequest, BadRequest> {
         if items.is_empty() {
@@ -259,14 +259,14 @@ struct ModelTurn {
 
 impl Conversation {
     fn read(&mut self, i: usize, item: &Value) -> Result<(), BadRequest> {
-        let at = format!("input[{i}]");
+        let at = At(i);
         let kind = match item.get("type").and_then(Value::as_str) {
             Some(kind) => kind,
             None if item.get("role").is_some() => "message",
             None => return Err(invalid(format!("{at}.type: Field required"))),
         };
         match kind {
-            "message" => self.message(&at, item),
+            "message" => self.message(at, item),
             "function_call" => {
                 let field = |name: &str| {
                     item.get(name)
@@ -293,7 +293,7 @@ impl Conversation {
                     .ok_or_else(|| invalid(format!("{at}.call_id: must be a string")))?;
                 let output = match item.get("output") {
                     Some(Value::String(text)) => text.clone(),
-                    Some(parts @ Value::Array(_)) => text_of(&format!("{at}.output"), parts)?,
+                    Some(parts @ Value::Array(_)) => text_of(at, "output", parts)?,
                     _ => return Err(invalid(format!("{at}.output: must be a string or parts"))),
                 };
                 let mut result = ChatMessage::text(Role::Tool, output);
@@ -317,11 +317,11 @@ impl Conversation {
         }
     }
 
-    fn message(&mut self, at: &str, item: &Value) -> Result<(), BadRequest> {
+    fn message(&mut self, at: At, item: &Value) -> Result<(), BadRequest> {
         let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
         let text = match item.get("content") {
             Some(Value::String(text)) => text.clone(),
-            Some(parts @ Value::Array(_)) => text_of(&format!("{at}.content"), parts)?,
+            Some(parts @ Value::Array(_)) => text_of(at, "content", parts)?,
             _ => return Err(invalid(format!("{at}.content: must be a string or parts"))),
         };
         match role {
@@ -372,8 +372,19 @@ impl Conversation {
     }
 }
 
-/// The text of content parts (`input_text`, `output_text`, `text`), joined by newlines.
-fn text_of(at: &str, parts: &Value) -> Result<String, BadRequest> {
+/// Where an input item stands, for errors (written only when one is).
+#[derive(Debug, Clone, Copy)]
+struct At(usize);
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "input[{}]", self.0)
+    }
+}
+
+/// The text of the content parts in item `at`'s `field` (`input_text`, `output_text`, `text`),
+/// joined by newlines.
+fn text_of(at: At, field: &str, parts: &Value) -> Result<String, BadRequest> {
     let mut texts = Vec::new();
     for (j, part) in parts.as_array().into_iter().flatten().enumerate() {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("?");
@@ -381,12 +392,12 @@ fn text_of(at: &str, parts: &Value) -> Result<String, BadRequest> {
             ("input_text" | "output_text" | "text", Some(text)) => texts.push(text),
             ("input_image" | "input_file" | "input_audio", _) => {
                 return Err(invalid(format!(
-                    "{at}[{j}]: {kind} parts are not supported: this proxy serves text-only models"
+                    "{at}.{field}[{j}]: {kind} parts are not supported: this proxy serves text-only models"
                 )));
             }
             (kind, _) => {
                 return Err(invalid(format!(
-                    "{at}[{j}]: part type '{kind}' is not supported"
+                    "{at}.{field}[{j}]: part type '{kind}' is not supported"
                 )));
             }
         }
@@ -427,7 +438,7 @@ mod tests {
         let body: ResponsesBody = serde_json::from_value(body).unwrap();
         let mut body = body;
         let items = input_items(std::mem::take(&mut body.input))?;
-        body.to_request(&items, None)
+        body.to_request(&items.iter().collect::<Vec<_>>(), None)
     }
 
     #[test]
