@@ -136,14 +136,12 @@ fn main() {
             let now = rollout::nodes(&client, &base, &rollout.uuid).await;
             assert_eq!(now, rollout.nodes, "session {} changed", rollout.uuid);
         }
-        let restart = (turns_at_kill, restart);
         report(
             &ended,
             &seen,
             &injected,
             (r, c, t, per_mille),
-            wall,
-            restart,
+            (wall, turns_at_kill, restart),
         );
         ended
     });
@@ -223,8 +221,7 @@ fn report(
     seen: &Seen,
     injected: &Injected,
     (r, c, t, per_mille): (usize, usize, usize, u64),
-    wall: Duration,
-    (turns_at_kill, restart): (u64, Duration),
+    (wall, turns_at_kill, restart): (Duration, u64, Duration),
 ) {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let completed = ended

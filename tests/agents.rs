@@ -123,8 +123,7 @@ fn run_claude(
     dir: &Path,
     base_url: &str,
     task: &str,
-    max_turns: &str,
-    allowed: &str,
+    (max_turns, allowed): (&str, &str),
 ) -> String {
     let mut claude = Command::new(&clients.claude);
     claude.args([
@@ -173,8 +172,7 @@ async fn claude_code_completes_a_tool_task_in_one_node() {
         &dir,
         &format!("{}/{uuid}", proxy.url),
         task,
-        "4",
-        "Read",
+        ("4", "Read"),
     );
     assert!(stdout.contains("PAPAYA"), "{stdout}");
     let nodes = proxy.nodes(&uuid).await;
@@ -210,7 +208,7 @@ async fn claude_codes_edit_comes_back_with_its_default_and_stays_one_node() {
     let uuid = proxy.session(json!({})).await;
     let task = "Replace the secret word in notes.txt with MANGO. Read it, then Edit it.";
     let base_url = format!("{}/{uuid}", proxy.url);
-    let stdout = run_claude(&clients, &dir, &base_url, task, "6", "Read,Edit");
+    let stdout = run_claude(&clients, &dir, &base_url, task, ("6", "Read,Edit"));
     assert!(stdout.contains("MANGO"), "{stdout}");
     assert_eq!(
         std::fs::read_to_string(&notes).unwrap(),

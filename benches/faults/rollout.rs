@@ -95,7 +95,19 @@ pub async fn run(
         let body = conversation.body(&tools, None, stream);
         let key = format!("rollout-{}-turn-{turn}", plan.index);
         let before = nodes(client, base, uuid).await;
-        let reply = match turn_with_retries(client, &url, &key, body, stream, plan, seen).await {
+        let reply = match turn_with_retries(
+            &Post {
+                client,
+                url: &url,
+                key: &key,
+                stream,
+            },
+            body,
+            plan,
+            seen,
+        )
+        .await
+        {
             Ok(reply) => reply,
             Err(error) => {
                 let after = nodes(client, base, uuid).await;
@@ -122,15 +134,22 @@ pub async fn run(
     Outcome::Completed
 }
 
-async fn turn_with_retries(
-    client: &reqwest::Client,
-    url: &str,
-    key: &str,
-    body: Vec<u8>,
+/// Where and how a rollout's turn is posted.
+struct Post<'a> {
+    client: &'a reqwest::Client,
+    url: &'a str,
+    /// The turn's `Idempotency-Key`.
+    key: &'a str,
     stream: bool,
+}
+
+async fn turn_with_retries(
+    post: &Post<'_>,
+    body: Vec<u8>,
     plan: &Plan,
     seen: &Seen,
 ) -> Result<Value, String> {
+    let stream = post.stream;
     let started = Instant::now();
     let mut failures = 0;
     loop {
@@ -141,7 +160,7 @@ async fn turn_with_retries(
             true => Some(HangUp::Late),
         };
         let hang_up = hang_up.filter(|_| stream);
-        match attempt(client, url, key, body.clone(), stream, hang_up, seen).await {
+        match attempt(post, body.clone(), hang_up, seen).await {
             Attempt::Reply(reply) => return Ok(reply),
             Attempt::HungUp => seen.hang_ups.fetch_add(1, Ordering::Relaxed),
             Attempt::Unreachable => {
@@ -161,15 +180,13 @@ async fn turn_with_retries(
     }
 }
 
-async fn attempt(
-    client: &reqwest::Client,
-    url: &str,
-    key: &str,
-    body: Vec<u8>,
-    stream: bool,
-    hang_up: Option<HangUp>,
-    seen: &Seen,
-) -> Attempt {
+async fn attempt(post: &Post<'_>, body: Vec<u8>, hang_up: Option<HangUp>, seen: &Seen) -> Attempt {
+    let Post {
+        client,
+        url,
+        key,
+        stream,
+    } = *post;
     let sent = client
         .post(url)
         .header("content-type", "application/json")

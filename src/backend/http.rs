@@ -211,9 +211,7 @@ impl JsonClient {
             json: body.to_json(),
             session,
         };
-        let reply = self
-            .send(Method::POST, root, path, Some(posted), self.timeout)
-            .await?;
+        let reply = self.send(root, path, Some(posted), self.timeout).await?;
         self.json(reply).await
     }
 
@@ -234,9 +232,7 @@ impl JsonClient {
             response,
             deadline,
             timeout,
-        } = self
-            .send(Method::POST, root, path, Some(posted), self.timeout)
-            .await?;
+        } = self.send(root, path, Some(posted), self.timeout).await?;
         let chunks = futures::stream::unfold(Some(response.into_body()), move |body| async move {
             let mut body = body?;
             loop {
@@ -258,25 +254,22 @@ impl JsonClient {
     /// GETs `{root}{path}` and parses the JSON reply.
     pub async fn get_json(&self, root: &str, path: &str) -> Result<Value, BackendError> {
         let timeout = self.timeout.min(PROBE_TIMEOUT);
-        let reply = self.send(Method::GET, root, path, None, timeout).await?;
+        let reply = self.send(root, path, None, timeout).await?;
         self.json(reply).await
     }
 
     /// GETs `{root}{path}` and succeeds on any 2xx status (health probes: a short timeout).
     pub async fn get_ok(&self, root: &str, path: &str) -> Result<(), BackendError> {
         let timeout = self.timeout.min(PROBE_TIMEOUT);
-        self.send(Method::GET, root, path, None, timeout)
-            .await
-            .map(drop)
+        self.send(root, path, None, timeout).await.map(drop)
     }
 
-    /// Sends with the API key and `timeout` (for the reply and its body); a non-2xx status
-    /// becomes [`BackendError::Status`] with the message of the server's error body. Redirects
-    /// are not followed: a POST redirected elsewhere is a misconfigured backend URL, and the
-    /// error says where the server pointed.
+    /// Sends with the API key and `timeout` (for the reply and its body): a POST of `posted`,
+    /// else a GET. A non-2xx status becomes [`BackendError::Status`] with the message of the
+    /// server's error body. Redirects are not followed: a POST redirected elsewhere is a
+    /// misconfigured backend URL, and the error says where the server pointed.
     async fn send(
         &self,
-        method: Method,
         root: &str,
         path: &str,
         posted: Option<Posted<'_>>,
@@ -284,11 +277,12 @@ impl JsonClient {
     ) -> Result<Reply, BackendError> {
         let deadline = Instant::now() + timeout;
         let thread = self.thread_client();
+        let is_post = posted.is_some();
+        let method = if is_post { Method::POST } else { Method::GET };
         let (json, session) = match posted {
             Some(Posted { json, session }) => (Bytes::from(json), session),
             None => (Bytes::new(), None),
         };
-        let is_post = method == Method::POST;
         let mut request = hyper::Request::new(Full::new(json));
         *request.method_mut() = method;
         *request.uri_mut() = self.url(thread, root, path)?;

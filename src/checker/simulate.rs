@@ -156,8 +156,12 @@ fn run_turns(
         if !is_reply {
             break;
         }
-        let (reply_text, ids) =
-            written_reply(ctx, parser, &request, &client, message, shape, &prompt)?;
+        let written = Written {
+            client: &client,
+            message,
+            prompt: &prompt,
+        };
+        let (reply_text, ids) = written_reply(ctx, parser, &request, shape, &written)?;
         script.push(Generation::new(
             ids.clone(),
             vec![-0.1; ids.len()],
@@ -242,6 +246,14 @@ fn render(
     }
 }
 
+/// An assistant message of a shape, the conversation the client sent before it, and the
+/// prompt that conversation rendered to.
+struct Written<'a> {
+    client: &'a [Value],
+    message: &'a Value,
+    prompt: &'a str,
+}
+
 /// The reply the model samples for `message` after `prompt`: what the template writes for it.
 /// A message with calls is tried in each form templates write calls for
 /// ([`call_message_forms`]) until the session's format reads every call back.
@@ -249,11 +261,10 @@ fn written_reply(
     ctx: &TurnContext,
     parser: &dyn ToolParser,
     request: &ChatRequest,
-    client: &[Value],
-    message: &Value,
     shape: &Shape,
-    prompt: &str,
+    written: &Written,
 ) -> Result<(String, Vec<u32>), String> {
+    let (client, message, prompt) = (written.client, written.message, written.prompt);
     let calls = message["tool_calls"].as_array().map_or(0, Vec::len);
     let forms = match calls {
         0 => vec![message.clone()],

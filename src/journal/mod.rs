@@ -153,8 +153,7 @@ impl Journal {
             file.write_all(MAGIC).map_err(io)?;
             MAGIC.len() as u64
         } else {
-            let frames =
-                replay::replay(&path, &mut file, length, store, &mut space, &mut replayed)?;
+            let frames = replay::replay(&path, &mut file, store, &mut space, &mut replayed)?;
             if frames.needs_repair() {
                 let mut cut: Vec<Uuid> = replayed.cut.iter().copied().collect();
                 cut.sort();

@@ -89,11 +89,10 @@ impl Frames {
     }
 }
 
-/// Reads every whole frame of `file` (of `length` bytes), applying each to `store`.
+/// Reads every whole frame of `file`, applying each to `store`.
 pub(super) fn replay(
     path: &Path,
     file: &mut File,
-    length: u64,
     store: &SessionStore,
     space: &mut Space,
     replayed: &mut Replayed,
@@ -102,6 +101,7 @@ pub(super) fn replay(
         path: path.to_path_buf(),
         source,
     };
+    let length = file.metadata().map_err(io)?.len();
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     let mut reader = BufReader::with_capacity(1 << 20, &mut *file);
     let mut magic = [0u8; MAGIC.len()];

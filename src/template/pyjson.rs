@@ -25,7 +25,6 @@ pub struct DumpOptions {
 
 /// Serialises `value` exactly as `json.dumps(value, **options)` would.
 pub fn dumps(value: &Value, options: &DumpOptions) -> Result<String, Error> {
-    let mut out = String::new();
     let item_sep = options
         .item_separator
         .clone()
@@ -34,34 +33,40 @@ pub fn dumps(value: &Value, options: &DumpOptions) -> Result<String, Error> {
         .key_separator
         .clone()
         .unwrap_or_else(|| ": ".to_string());
-    let writer = Writer {
+    let mut writer = Writer {
         options,
         item_sep: &item_sep,
         key_sep: &key_sep,
+        out: String::new(),
     };
-    writer.write_value(&mut out, value, 0)?;
-    Ok(out)
+    writer.write_value(value, 0)?;
+    Ok(writer.out)
 }
 
 struct Writer<'a> {
     options: &'a DumpOptions,
     item_sep: &'a str,
     key_sep: &'a str,
+    out: String,
 }
 
 impl Writer<'_> {
-    fn write_value(&self, out: &mut String, value: &Value, depth: usize) -> Result<(), Error> {
+    fn write_value(&mut self, value: &Value, depth: usize) -> Result<(), Error> {
         match value.kind() {
-            ValueKind::None => out.push_str("null"),
-            ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
-            ValueKind::Number => write_number(out, value)?,
-            ValueKind::String => {
-                write_string(out, value.as_str().unwrap_or(""), self.options.ensure_ascii)
-            }
+            ValueKind::None => self.out.push_str("null"),
+            ValueKind::Bool => self
+                .out
+                .push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Number => write_number(&mut self.out, value)?,
+            ValueKind::String => write_string(
+                &mut self.out,
+                value.as_str().unwrap_or(""),
+                self.options.ensure_ascii,
+            ),
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = value.try_iter()?.collect();
-                self.write_container(out, '[', ']', items.len(), depth, |w, out, i| {
-                    w.write_value(out, &items[i], depth + 1)
+                self.write_container(['[', ']'], items.len(), depth, |w, i| {
+                    w.write_value(&items[i], depth + 1)
                 })?;
             }
             ValueKind::Map => {
@@ -73,10 +78,10 @@ impl Writer<'_> {
                 if self.options.sort_keys {
                     entries.sort_by(|a, b| a.0.cmp(&b.0));
                 }
-                self.write_container(out, '{', '}', entries.len(), depth, |w, out, i| {
-                    write_string(out, &entries[i].0, w.options.ensure_ascii);
-                    out.push_str(w.key_sep);
-                    w.write_value(out, &entries[i].1, depth + 1)
+                self.write_container(['{', '}'], entries.len(), depth, |w, i| {
+                    write_string(&mut w.out, &entries[i].0, w.options.ensure_ascii);
+                    w.out.push_str(w.key_sep);
+                    w.write_value(&entries[i].1, depth + 1)
                 })?;
             }
             kind => {
@@ -89,40 +94,40 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// `len` items between `open` and `close`, each written by `write_item`, indented as
+    /// Python's `json.dumps` does at `depth`.
     fn write_container(
-        &self,
-        out: &mut String,
-        open: char,
-        close: char,
+        &mut self,
+        [open, close]: [char; 2],
         len: usize,
         depth: usize,
-        mut write_item: impl FnMut(&Self, &mut String, usize) -> Result<(), Error>,
+        mut write_item: impl FnMut(&mut Self, usize) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        out.push(open);
+        self.out.push(open);
         if len == 0 {
-            out.push(close);
+            self.out.push(close);
             return Ok(());
         }
         for i in 0..len {
             if i > 0 {
-                out.push_str(self.item_sep);
+                self.out.push_str(self.item_sep);
             }
-            if let Some(indent) = &self.options.indent {
-                out.push('\n');
-                for _ in 0..=depth {
-                    out.push_str(indent);
-                }
-            }
-            write_item(self, out, i)?;
+            self.indent(depth + 1);
+            write_item(self, i)?;
         }
-        if let Some(indent) = &self.options.indent {
-            out.push('\n');
-            for _ in 0..depth {
-                out.push_str(indent);
-            }
-        }
-        out.push(close);
+        self.indent(depth);
+        self.out.push(close);
         Ok(())
+    }
+
+    /// With `indent`: a new line, indented `depth` times.
+    fn indent(&mut self, depth: usize) {
+        if let Some(indent) = &self.options.indent {
+            self.out.push('\n');
+            for _ in 0..depth {
+                self.out.push_str(indent);
+            }
+        }
     }
 }
 

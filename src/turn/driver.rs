@@ -17,7 +17,7 @@ use super::{
 use crate::backend::{BackendError, EventStream, Route};
 use crate::generation::{GenerateRequest, SamplingParams, StreamEvent};
 use crate::metrics::Stage;
-use crate::session::{Session, SessionState};
+use crate::session::{CommitRecord, Session, SessionState, TurnLabels};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -345,6 +345,58 @@ impl<'t> Driver<'t> {
             })
             .collect();
         Ok(TurnOutput { plan, choices })
+    }
+
+    /// The whole sequence short of recording: the turn's output, and whether it is a
+    /// recorded one replayed.
+    pub(super) async fn attempt(
+        &mut self,
+        state: &SessionState,
+    ) -> Result<(TurnOutput, bool), TurnError> {
+        let planned = self.open(state).await?;
+        let replayed = planned.replayed;
+        match self.relay(planned).await {
+            Ok(output) => Ok((output, replayed)),
+            Err(Ended::Failed(error)) => Err(error),
+            // A whole reply has no client to lose while it runs.
+            Err(Ended::Gone) => Err(TurnError::Aborted),
+        }
+    }
+
+    /// Records `output` in the session as this turn (`nudge`: how a nudge went for it);
+    /// returns the node of each choice.
+    pub(super) fn record(
+        &self,
+        state: &mut SessionState,
+        output: &TurnOutput,
+        nudge: Option<&'static str>,
+    ) -> Result<Vec<usize>, TurnError> {
+        let (session, request, plan) = (self.session, self.request, &output.plan);
+        let labels = TurnLabels {
+            api: request.api(),
+            tools_left_out: match request {
+                TurnRequest::Chat(chat) => chat.tools_left_out.clone(),
+                TurnRequest::Text(_) => Default::default(),
+            },
+            nudge,
+            echoed_calls: plan.echoed_calls.clone(),
+        };
+        let track_tree = session.options.track_tree;
+        let mut record =
+            CommitRecord::new(plan, &output.choices, &labels, track_tree, request.tools());
+        record.key = request.key().cloned();
+        let nodes = self.pipeline.write(session, state, record)?;
+        let metrics = &self.pipeline.metrics;
+        if let TurnRequest::Chat(_) = request {
+            let format = session.options.tool_parser.name();
+            for choice in &output.choices {
+                metrics.tool_calls(format, choice.reply.tool_outcomes);
+            }
+        }
+        for echoed in &plan.echoed_calls {
+            metrics.echoed_call(echoed.change);
+        }
+        Ok(nodes)
     }
 
     /// Waits for the samples to open, with keep-alives when streamed.

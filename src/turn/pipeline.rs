@@ -1,6 +1,6 @@
 //! [`Pipeline`]: the whole sequence of a turn, once, for every API.
 
-use super::driver::{Driver, Ended, Events};
+use super::driver::{Driver, Events};
 use super::nudge::{deserves_nudge, nudge_request};
 use super::{
     Plan, Planner, TailRender, TextRequest, TurnContext, TurnError, TurnOutput, TurnRequest,
@@ -10,7 +10,7 @@ use crate::chat::ChatRequest;
 use crate::generation::SamplingParams;
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::reasoning::ReasoningSyntax;
-use crate::session::{Api, CommitRecord, Session, SessionLog, SessionState, Start, TurnLabels};
+use crate::session::{Api, CommitRecord, Session, SessionLog, SessionState, Start};
 use crate::telemetry::{self, TurnUsage};
 use std::sync::Arc;
 use std::time::Instant;
@@ -138,7 +138,8 @@ impl Pipeline {
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         let mut guard = lock_open(session).await?;
-        let (first, replayed) = self.attempt(session, &guard, request).await?;
+        let mut driver = Driver::new(self, session, request, Events::Kept);
+        let (first, replayed) = driver.attempt(&guard).await?;
         if replayed {
             return Ok(first);
         }
@@ -150,20 +151,19 @@ impl Pipeline {
             }
             TurnRequest::Text(_) => None,
         };
-        let first_turn = (&first.plan, &first.choices[..]);
         let Some(retry_request) = nudge else {
-            self.record(session, &mut guard, first_turn, request, None)?;
+            driver.record(&mut guard, &first, None)?;
             return Ok(first);
         };
-        let nodes = self.record(session, &mut guard, first_turn, request, Some("kept"))?;
-        let retry = self
-            .attempt(session, &guard, TurnRequest::Chat(&retry_request))
+        let nodes = driver.record(&mut guard, &first, Some("kept"))?;
+        let retry_turn = TurnRequest::Chat(&retry_request);
+        let retry = Driver::new(self, session, retry_turn, Events::Kept)
+            .attempt(&guard)
             .await;
         let label = match retry {
             Ok((retry, _)) if !retry.choices[0].reply.tool_calls.is_empty() => {
                 self.relabel(session, &mut guard, nodes[0], "discarded")?;
-                let retry_turn = (&retry.plan, &retry.choices[..]);
-                self.record(session, &mut guard, retry_turn, request, Some("kept"))?;
+                driver.record(&mut guard, &retry, Some("kept"))?;
                 return Ok(retry);
             }
             Ok(_) => "kept_retry_discarded",
@@ -174,25 +174,6 @@ impl Pipeline {
         };
         self.relabel(session, &mut guard, nodes[0], label)?;
         Ok(first)
-    }
-
-    /// The turn's one sequence, its reply kept whole; records nothing. Says whether the
-    /// turn was a recorded one replayed.
-    async fn attempt(
-        &self,
-        session: &Arc<Session>,
-        state: &SessionState,
-        request: TurnRequest<'_>,
-    ) -> Result<(TurnOutput, bool), TurnError> {
-        let mut driver = Driver::new(self, session, request, Events::Kept);
-        let planned = driver.open(state).await?;
-        let replayed = planned.replayed;
-        match driver.relay(planned).await {
-            Ok(output) => Ok((output, replayed)),
-            Err(Ended::Failed(error)) => Err(error),
-            // A whole reply has no client to lose while it runs.
-            Err(Ended::Gone) => Err(TurnError::Aborted),
-        }
     }
 
     /// Times a finished turn, or counts its failure by cause.
@@ -253,44 +234,9 @@ impl Pipeline {
         Ok(plan)
     }
 
-    /// Records a sampled turn in the session; returns the node of each choice.
-    pub(super) fn record(
-        &self,
-        session: &Session,
-        state: &mut SessionState,
-        (plan, choices): (&Plan, &[super::ChoiceOutput]),
-        request: TurnRequest<'_>,
-        nudge: Option<&'static str>,
-    ) -> Result<Vec<usize>, TurnError> {
-        let labels = TurnLabels {
-            api: request.api(),
-            tools_left_out: match request {
-                TurnRequest::Chat(chat) => chat.tools_left_out.clone(),
-                TurnRequest::Text(_) => Default::default(),
-            },
-            nudge,
-            echoed_calls: plan.echoed_calls.clone(),
-        };
-        let tools = request.tools();
-        let mut record =
-            CommitRecord::new(plan, choices, &labels, session.options.track_tree, tools);
-        record.key = request.key().cloned();
-        let nodes = self.write(session, state, record)?;
-        if let TurnRequest::Chat(_) = request {
-            let format = session.options.tool_parser.name();
-            for choice in choices {
-                self.metrics.tool_calls(format, choice.reply.tool_outcomes);
-            }
-        }
-        for echoed in &plan.echoed_calls {
-            self.metrics.echoed_call(echoed.change);
-        }
-        Ok(nodes)
-    }
-
     /// Journals `record` (when there is a journal), then applies it. A choice whose backend
     /// reported no weight version gets the one the trainer announced.
-    fn write(
+    pub(super) fn write(
         &self,
         session: &Session,
         state: &mut SessionState,

@@ -89,11 +89,8 @@ impl Pipeline {
                 return self.fail_stream(&driver, request.api, error).await;
             }
         };
-        if !replayed {
-            let choices = (&output.plan, &output.choices[..]);
-            if let Err(error) = self.record(&session, &mut guard, choices, turn, None) {
-                return self.fail_stream(&driver, request.api, error).await;
-            }
+        if !replayed && let Err(error) = driver.record(&mut guard, &output, None) {
+            return self.fail_stream(&driver, request.api, error).await;
         }
         self.metrics.time(Stage::Turn, driver.started().elapsed());
         let _ = driver.send(TurnEvent::Done(output.usage())).await;
