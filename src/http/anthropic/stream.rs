@@ -5,7 +5,7 @@
 //! `message_delta` with the stop reason and usage, then `message_stop`. A failure after the
 //! stream began is an `error` event.
 
-use super::reply::{MessageUsage, call_input, stop_reason};
+use super::reply::{Block, Message, MessageUsage, call_input, stop_reason};
 use super::{AnthropicError, MESSAGE};
 use crate::generation::StopMatch;
 use crate::http::ApiError;
@@ -13,7 +13,66 @@ use crate::http::sse;
 use crate::turn::{Delta, Finish, TurnEvent, TurnStream, Usage};
 use actix_web::HttpResponse;
 use bytes::Bytes;
-use serde_json::json;
+use serde::Serialize;
+
+/// One Messages stream event; its `type` is also the event's name.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    MessageStart {
+        message: Message<'a>,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: Block<'a>,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta<'a>,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: StopDelta<'a>,
+        usage: MessageUsage,
+    },
+    MessageStop,
+    Ping,
+}
+
+impl Event<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Event::MessageStart { .. } => "message_start",
+            Event::ContentBlockStart { .. } => "content_block_start",
+            Event::ContentBlockDelta { .. } => "content_block_delta",
+            Event::ContentBlockStop { .. } => "content_block_stop",
+            Event::MessageDelta { .. } => "message_delta",
+            Event::MessageStop => "message_stop",
+            Event::Ping => "ping",
+        }
+    }
+}
+
+/// What a `content_block_delta` adds to its block.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum BlockDelta<'a> {
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
+}
+
+/// How the message ended, in `message_delta`.
+#[derive(Serialize)]
+struct StopDelta<'a> {
+    stop_reason: &'static str,
+    stop_sequence: Option<&'a str>,
+}
 
 /// The event stream of `turn`, for a message `id` naming `model`.
 pub fn respond(id: String, model: String, turn: TurnStream) -> HttpResponse {
@@ -23,10 +82,17 @@ pub fn respond(id: String, model: String, turn: TurnStream) -> HttpResponse {
         completion_tokens: 0,
         cached_tokens: None,
     });
-    let start = json!({"type": "message_start", "message": {
-        "id": id, "type": MESSAGE, "role": "assistant", "model": model, "content": [],
-        "stop_reason": null, "stop_sequence": null, "usage": usage}});
-    named(&mut first, "message_start", &start);
+    let message = Message {
+        id: &id,
+        kind: MESSAGE,
+        role: "assistant",
+        model: &model,
+        content: Vec::new(),
+        stop_reason: None,
+        stop_sequence: None,
+        usage,
+    };
+    write(&mut first, &Event::MessageStart { message });
     let mut writer = EventWriter::default();
     sse::respond(Bytes::from(first), turn, move |event| writer.write(event))
 }
@@ -37,6 +103,11 @@ fn named(out: &mut Vec<u8>, name: &str, payload: &impl serde::Serialize) {
     out.extend_from_slice(name.as_bytes());
     out.push(b'\n');
     sse::data(out, payload);
+}
+
+/// `event` appended to `out` under its name.
+fn write(out: &mut Vec<u8>, event: &Event) {
+    named(out, event.name(), event);
 }
 
 /// The block being written.
@@ -73,15 +144,19 @@ impl EventWriter {
                 self.close(&mut out);
                 self.finish = Some((finish, stop));
             }
-            TurnEvent::KeepAlive => named(&mut out, "ping", &json!({"type": "ping"})),
+            TurnEvent::KeepAlive => write(&mut out, &Event::Ping),
             TurnEvent::Done(usage) => {
                 let (finish, stop) = self.finish.take().unwrap_or((Finish::Stop, None));
                 let (reason, sequence) = stop_reason(finish, stop.as_ref());
-                let delta = json!({"type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": MessageUsage::from(&usage)});
-                named(&mut out, "message_delta", &delta);
-                named(&mut out, "message_stop", &json!({"type": "message_stop"}));
+                let delta = Event::MessageDelta {
+                    delta: StopDelta {
+                        stop_reason: reason,
+                        stop_sequence: sequence,
+                    },
+                    usage: MessageUsage::from(&usage),
+                };
+                write(&mut out, &delta);
+                write(&mut out, &Event::MessageStop);
             }
             TurnEvent::Failed(error) => {
                 let error = AnthropicError::from(ApiError::from(error));
@@ -96,8 +171,7 @@ impl EventWriter {
             match delta {
                 Delta::Reasoning(text) => {
                     self.open_block(out, Open::Thinking);
-                    let delta = json!({"type": "thinking_delta", "thinking": text});
-                    self.delta(out, &delta);
+                    self.delta(out, BlockDelta::Thinking { thinking: &text });
                 }
                 Delta::Text(text) => {
                     if self.open != Some(Open::Text) && text.trim().is_empty() {
@@ -106,22 +180,28 @@ impl EventWriter {
                     }
                     self.open_block(out, Open::Text);
                     let text = std::mem::take(&mut self.pending) + &text;
-                    self.delta(out, &json!({"type": "text_delta", "text": text}));
+                    self.delta(out, BlockDelta::Text { text: &text });
                 }
                 Delta::Call { call, .. } => {
                     self.close(out);
                     let index = self.next;
                     self.next += 1;
-                    let start = json!({"type": "content_block_start", "index": index,
-                        "content_block": {"type": "tool_use", "id": call.id, "name": call.name,
-                        "input": {}}});
-                    named(out, "content_block_start", &start);
-                    let input = call_input(&call).to_string();
-                    let delta = json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": input}});
-                    named(out, "content_block_delta", &delta);
-                    let stop = json!({"type": "content_block_stop", "index": index});
-                    named(out, "content_block_stop", &stop);
+                    let content_block = Block::ToolUse {
+                        id: &call.id,
+                        name: &call.name,
+                        input: serde_json::Value::Object(Default::default()),
+                    };
+                    write(
+                        out,
+                        &Event::ContentBlockStart {
+                            index,
+                            content_block,
+                        },
+                    );
+                    let partial_json = call_input(&call).to_string();
+                    let delta = BlockDelta::InputJson { partial_json };
+                    write(out, &Event::ContentBlockDelta { index, delta });
+                    write(out, &Event::ContentBlockStop { index });
                 }
             }
         }
@@ -133,28 +213,36 @@ impl EventWriter {
             return;
         }
         self.close(out);
-        let block = match kind {
-            Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
-            Open::Text => json!({"type": "text", "text": ""}),
+        let content_block = match kind {
+            Open::Thinking => Block::Thinking {
+                thinking: "",
+                signature: "",
+            },
+            Open::Text => Block::Text { text: "" },
         };
-        let start =
-            json!({"type": "content_block_start", "index": self.next, "content_block": block});
-        named(out, "content_block_start", &start);
+        let index = self.next;
+        write(
+            out,
+            &Event::ContentBlockStart {
+                index,
+                content_block,
+            },
+        );
         self.open = Some(kind);
         self.next += 1;
     }
 
-    fn delta(&self, out: &mut Vec<u8>, delta: &serde_json::Value) {
-        let event = json!({"type": "content_block_delta", "index": self.next - 1, "delta": delta});
-        named(out, "content_block_delta", &event);
+    fn delta(&self, out: &mut Vec<u8>, delta: BlockDelta) {
+        let index = self.next - 1;
+        write(out, &Event::ContentBlockDelta { index, delta });
     }
 
     /// Closes the open block, if any; whitespace still held is dropped.
     fn close(&mut self, out: &mut Vec<u8>) {
         self.pending.clear();
         if self.open.take().is_some() {
-            let stop = json!({"type": "content_block_stop", "index": self.next - 1});
-            named(out, "content_block_stop", &stop);
+            let index = self.next - 1;
+            write(out, &Event::ContentBlockStop { index });
         }
     }
 }
