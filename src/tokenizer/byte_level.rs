@@ -85,6 +85,16 @@ impl ByteLevelDecoder {
         (decoder.decode(probe.iter().copied()) == expected).then_some(decoder)
     }
 
+    /// Token `id`'s bytes (none for an id outside the vocabulary).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        let id = id as usize;
+        let Some(&end) = self.ends.get(id) else {
+            return &[];
+        };
+        let start = id.checked_sub(1).map_or(0, |previous| self.ends[previous]) as usize;
+        &self.bytes[start..end as usize]
+    }
+
     /// The text of `ids`; ids outside the vocabulary are skipped, as the library does.
     pub fn decode(&self, ids: impl IntoIterator<Item = u32>) -> String {
         let ids = ids.into_iter();

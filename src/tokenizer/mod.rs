@@ -236,9 +236,13 @@ impl Tokenizer {
     /// streaming: each [`TextStream::push`] returns the text the new ids complete, holding back
     /// an incomplete UTF-8 sequence until its last byte arrives.
     pub fn text_stream(&self, shown: Vec<u32>) -> TextStream<'_> {
-        let decoder = match &self.vocab {
-            Vocab::HuggingFace(inner) => Decoder::HuggingFace(inner.decode_stream(false)),
-            Vocab::Gguf(vocab) => Decoder::Gguf {
+        let decoder = match (&self.vocab, self.byte_level.get()) {
+            (_, Some(table)) => Decoder::ByteLevel {
+                table,
+                pending: Vec::new(),
+            },
+            (Vocab::HuggingFace(inner), None) => Decoder::HuggingFace(inner.decode_stream(false)),
+            (Vocab::Gguf(vocab), None) => Decoder::Gguf {
                 vocab,
                 pending: Vec::new(),
             },
@@ -290,6 +294,11 @@ pub struct TextStream<'a> {
 }
 
 enum Decoder<'a> {
+    /// A byte-level vocabulary's table: token bytes not yet a complete UTF-8 sequence.
+    ByteLevel {
+        table: &'a ByteLevelDecoder,
+        pending: Vec<u8>,
+    },
     HuggingFace(
         tokenizers::DecodeStream<
             'a,
@@ -316,6 +325,9 @@ impl TextStream<'_> {
                 continue;
             }
             match &mut self.decoder {
+                Decoder::ByteLevel { table, pending } => {
+                    pending.extend_from_slice(table.token_bytes(id));
+                }
                 Decoder::HuggingFace(decoder) => {
                     if let Ok(Some(piece)) = decoder.step(id) {
                         text.push_str(&piece);
@@ -326,6 +338,9 @@ impl TextStream<'_> {
                     take_complete_utf8(pending, &mut text);
                 }
             }
+        }
+        if let Decoder::ByteLevel { pending, .. } = &mut self.decoder {
+            take_complete_utf8(pending, &mut text);
         }
         text
     }
@@ -425,6 +440,20 @@ mod tests {
             tokenizer.decode_visible(&ids, &[im_end]),
             "user\nZ\u{fc}rich?<|im_end|>\n"
         );
+        // The stream reads the table too: token by token (an emoji's bytes held until its
+        // last token) or in one piece, it gives what decoding the ids gives.
+        let text = "Z\u{fc}rich \u{1f600} \u{4e2d}\u{6587} \u{2000b}\u{10348}<|im_end|>";
+        let ids = tokenizer.encode(text).unwrap();
+        let mut stream = tokenizer.text_stream(vec![im_end]);
+        assert!(matches!(stream.decoder, Decoder::ByteLevel { .. }));
+        let pieces: Vec<String> = ids.iter().map(|&id| stream.push(&[id])).collect();
+        assert_eq!(pieces.concat(), tokenizer.decode_visible(&ids, &[im_end]));
+        assert!(
+            pieces.iter().any(String::is_empty),
+            "a split character waits"
+        );
+        let mut whole = tokenizer.text_stream(Vec::new());
+        assert_eq!(whole.push(&ids), inner.decode(&ids, true).unwrap());
     }
 
     #[test]
