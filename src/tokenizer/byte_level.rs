@@ -85,21 +85,18 @@ impl ByteLevelDecoder {
         (decoder.decode(probe.iter().copied()) == expected).then_some(decoder)
     }
 
-    /// Token `id`'s bytes (none for an id outside the vocabulary).
-    pub fn token_bytes(&self, id: u32) -> &[u8] {
-        let id = id as usize;
-        let Some(&end) = self.ends.get(id) else {
-            return &[];
-        };
-        let start = id.checked_sub(1).map_or(0, |previous| self.ends[previous]) as usize;
-        &self.bytes[start..end as usize]
-    }
-
     /// The text of `ids`; ids outside the vocabulary are skipped, as the library does.
     pub fn decode(&self, ids: impl IntoIterator<Item = u32>) -> String {
         let ids = ids.into_iter();
         // Room for a typical token's few bytes each: a node's text is decoded whole.
         let mut text = Vec::with_capacity(ids.size_hint().0 * 4);
+        self.extend_bytes(ids, &mut text);
+        String::from_utf8(text)
+            .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
+    }
+
+    /// Appends the bytes of `ids` to `out` (ids outside the vocabulary are skipped).
+    pub fn extend_bytes(&self, ids: impl IntoIterator<Item = u32>, out: &mut Vec<u8>) {
         for id in ids {
             let id = id as usize;
             let Some(&end) = self.ends.get(id) else {
@@ -112,15 +109,13 @@ impl ByteLevelDecoder {
             // a call per token.
             match self.bytes[start..].first_chunk::<SHORT>() {
                 Some(block) if len <= SHORT => {
-                    let at = text.len();
-                    text.extend_from_slice(block);
-                    text.truncate(at + len);
+                    let at = out.len();
+                    out.extend_from_slice(block);
+                    out.truncate(at + len);
                 }
-                _ => text.extend_from_slice(&self.bytes[start..start + len]),
+                _ => out.extend_from_slice(&self.bytes[start..start + len]),
             }
         }
-        String::from_utf8(text)
-            .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
     }
 }
 

@@ -320,27 +320,27 @@ impl TextStream<'_> {
     /// The text completed by `ids`.
     pub fn push(&mut self, ids: &[u32]) -> String {
         let mut text = String::new();
-        for &id in ids {
-            if !self.all_shown && !self.tokenizer.is_shown(id, &self.shown) {
-                continue;
+        let (tokenizer, shown, all_shown) = (self.tokenizer, &self.shown, self.all_shown);
+        let kept = ids
+            .iter()
+            .copied()
+            .filter(|&id| all_shown || tokenizer.is_shown(id, shown));
+        match &mut self.decoder {
+            Decoder::ByteLevel { table, pending } => {
+                table.extend_bytes(kept, pending);
+                take_complete_utf8(pending, &mut text);
             }
-            match &mut self.decoder {
-                Decoder::ByteLevel { table, pending } => {
-                    pending.extend_from_slice(table.token_bytes(id));
-                }
-                Decoder::HuggingFace(decoder) => {
+            Decoder::HuggingFace(decoder) => {
+                for id in kept {
                     if let Ok(Some(piece)) = decoder.step(id) {
                         text.push_str(&piece);
                     }
                 }
-                Decoder::Gguf { vocab, pending } => {
-                    pending.extend(vocab.piece_bytes(id));
-                    take_complete_utf8(pending, &mut text);
-                }
             }
-        }
-        if let Decoder::ByteLevel { pending, .. } = &mut self.decoder {
-            take_complete_utf8(pending, &mut text);
+            Decoder::Gguf { vocab, pending } => {
+                kept.for_each(|id| pending.extend(vocab.piece_bytes(id)));
+                take_complete_utf8(pending, &mut text);
+            }
         }
         text
     }
@@ -349,6 +349,11 @@ impl TextStream<'_> {
 /// Moves the complete UTF-8 prefix of `pending` to `text` (invalid bytes become U+FFFD; an
 /// incomplete sequence at the end waits for its last bytes).
 fn take_complete_utf8(pending: &mut Vec<u8>, text: &mut String) {
+    if let Ok(whole) = std::str::from_utf8(pending) {
+        text.push_str(whole);
+        pending.clear();
+        return;
+    }
     let complete = match std::str::from_utf8(pending) {
         Ok(_) => pending.len(),
         Err(error) if error.error_len().is_none() => error.valid_up_to(),

@@ -2,7 +2,7 @@
 //! call's markup (or of a stop string); markup is held until its call is complete, then
 //! emitted as one call, in document order with the text around it.
 
-use super::{CallOutcomes, ParsedCall, Promoter, ToolParser};
+use super::{CallOutcomes, ParsedCall, ParsedOutput, Promoter, ToolParser};
 use std::sync::Arc;
 
 /// Most bytes of unclosed markup held back before it is let through as text.
@@ -67,9 +67,14 @@ impl CallStream {
             let block: String = self.buffer.drain(..end).collect();
             let parsed = parser.parse(&block, &self.promoter);
             self.outcomes += parsed.outcomes;
-            push_text(&mut pieces, parsed.content.unwrap_or_default());
-            pieces.extend(parsed.calls.into_iter().map(Piece::Call));
+            in_order(parsed, &mut pieces);
         }
+    }
+
+    /// Adds text that is only read when the stream ends ([`CallStream::finish`]): a whole
+    /// reply, parsed once.
+    pub fn hold(&mut self, text: &str) {
+        self.buffer.push_str(text);
     }
 
     /// The texts that open a call: the session format's and, with healing on, every other
@@ -110,8 +115,7 @@ impl CallStream {
             Some(parser) => {
                 let parsed = parser.parse(&rest, &self.promoter);
                 self.outcomes += parsed.outcomes;
-                push_text(&mut pieces, parsed.content.unwrap_or_default());
-                pieces.extend(parsed.calls.into_iter().map(Piece::Call));
+                in_order(parsed, &mut pieces);
             }
             None => push_text(&mut pieces, rest),
         }
@@ -143,6 +147,22 @@ impl CallStream {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// `parsed`'s text and calls as pieces, in the order the model wrote them.
+fn in_order(parsed: ParsedOutput, pieces: &mut Vec<Piece>) {
+    let content = parsed.content.unwrap_or_default();
+    let mut at = 0;
+    for (call, offset) in parsed.calls.into_iter().zip(parsed.call_offsets) {
+        let mut offset = offset.clamp(at, content.len());
+        while !content.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        push_text(pieces, content[at..offset].to_string());
+        pieces.push(Piece::Call(call));
+        at = offset;
+    }
+    push_text(pieces, content[at..].to_string());
 }
 
 fn push_text(pieces: &mut Vec<Piece>, text: String) {
@@ -194,6 +214,19 @@ mod tests {
         );
         assert_eq!(out[1], text(" done"));
         assert_eq!(s.finish(None), vec![]);
+    }
+
+    #[test]
+    fn a_held_reply_is_read_once_with_its_text_and_calls_in_order() {
+        let mut s = stream(&[]);
+        s.hold("Sure. <tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call> Then");
+        s.hold(" more.");
+        let out = s.finish(None);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(out[0], text("Sure. "));
+        assert!(matches!(&out[1], Piece::Call(c) if c.name == "search"));
+        assert_eq!(out[2], text(" Then more."));
+        assert_eq!(s.outcomes().promoted, 1);
     }
 
     #[test]

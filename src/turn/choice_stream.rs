@@ -106,6 +106,25 @@ impl<'t> ChoiceStream<'t> {
         self.deltas(pieces, ids)
     }
 
+    /// Takes a whole sample's ids in one piece: the text is split from its reasoning now and
+    /// read for calls once, when the choice finishes.
+    pub fn push_whole(&mut self, token_ids: &[u32], ids: &mut CallIds) -> Vec<Delta> {
+        let text = self.text.push(token_ids);
+        self.reply.text.push_str(&text);
+        let Some(thinking) = &mut self.thinking else {
+            self.calls.hold(&text);
+            return Vec::new();
+        };
+        let mut reasoning = Vec::new();
+        for part in thinking.push(&text) {
+            match part {
+                Part::Reasoning(text) => reasoning.push(Out::Reasoning(text)),
+                Part::Content(text) => self.calls.hold(&text),
+            }
+        }
+        self.deltas(reasoning, ids)
+    }
+
     /// The deltas of everything still held once the sample is complete; fixes the reply's
     /// finish.
     pub fn finish(&mut self, ids: &mut CallIds) -> Vec<Delta> {
@@ -158,7 +177,7 @@ impl<'t> ChoiceStream<'t> {
     pub fn whole(mut self, generation: Generation, ids: &mut CallIds) -> Reply {
         for event in generation.into_events() {
             if let StreamEvent::Tokens { token_ids, .. } = &event {
-                self.push_tokens(token_ids, ids);
+                self.push_whole(token_ids, ids);
             }
             self.generation.apply(event);
         }

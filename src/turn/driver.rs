@@ -276,21 +276,28 @@ impl<'t> Driver<'t> {
         let mut keep_alive = self.keep_alive();
         let mut first_tokens = false;
         while unfinished > 0 {
-            let (index, event) = tokio::select! {
-                event = merged.next() => match event {
-                    Some((index, Ok(event))) => (index, event),
-                    Some((_, Err(error))) => return Err(TurnError::from(error).into()),
-                    None => {
-                        let url = choices.first().map_or_else(String::new, |c| c.backend.to_string());
-                        let reason = "the stream ended before the sample finished".into();
-                        return Err(TurnError::from(BackendError::Protocol { url, reason }).into());
+            // A whole reply's samples are in memory: nothing to wait for or watch.
+            let next = match self.streamed() {
+                false => merged.next().await,
+                true => tokio::select! {
+                    event = merged.next() => event,
+                    _ = self.aborted.changed() => return Err(TurnError::Aborted.into()),
+                    _ = closed(&self.events) => return Err(Ended::Gone),
+                    _ = tick(&mut keep_alive) => {
+                        self.send(TurnEvent::KeepAlive).await?;
+                        continue;
                     }
                 },
-                _ = self.aborted.changed() => return Err(TurnError::Aborted.into()),
-                _ = closed(&self.events) => return Err(Ended::Gone),
-                _ = tick(&mut keep_alive) => {
-                    self.send(TurnEvent::KeepAlive).await?;
-                    continue;
+            };
+            let (index, event) = match next {
+                Some((index, Ok(event))) => (index, event),
+                Some((_, Err(error))) => return Err(TurnError::from(error).into()),
+                None => {
+                    let url = choices
+                        .first()
+                        .map_or_else(String::new, |c| c.backend.to_string());
+                    let reason = "the stream ended before the sample finished".into();
+                    return Err(TurnError::from(BackendError::Protocol { url, reason }).into());
                 }
             };
             let choice = &mut choices[index];
@@ -300,8 +307,13 @@ impl<'t> Driver<'t> {
                 top_logprobs,
             } = &event
             {
+                let Events::Sent(sender) = &self.events else {
+                    choice.push_whole(token_ids, &mut calls);
+                    choice.generation.apply(event);
+                    continue;
+                };
                 let deltas = choice.push_tokens(token_ids, &mut calls);
-                if let Events::Sent(sender) = &self.events {
+                {
                     if !first_tokens {
                         first_tokens = true;
                         let metrics = &self.pipeline.metrics;
