@@ -391,6 +391,18 @@ async fn several_choices_stream_side_by_side() {
     }
     texts.sort();
     assert_eq!(texts, ["one", "two!"]);
+    assert_eq!(
+        seeds_sent(&proxy),
+        [7, 8],
+        "one stream per choice, seeds apart"
+    );
+    let usage = &events[events.len() - 2];
+    assert_eq!(usage["usage"]["completion_tokens"], 7);
+    assert_eq!(proxy.nodes(&uuid).await.len(), 2);
+}
+
+/// The seeds of every request the upstream got, in order.
+fn seeds_sent(proxy: &Proxy) -> Vec<u64> {
     let mut seeds: Vec<u64> = proxy
         .worker
         .requests()
@@ -398,10 +410,7 @@ async fn several_choices_stream_side_by_side() {
         .filter_map(|r| r["sampling_params"]["sampling_seed"].as_u64())
         .collect();
     seeds.sort();
-    assert_eq!(seeds, [7, 8], "one stream per choice, seeds apart");
-    let usage = &events[events.len() - 2];
-    assert_eq!(usage["usage"]["completion_tokens"], 7);
-    assert_eq!(proxy.nodes(&uuid).await.len(), 2);
+    seeds
 }
 
 /// A seed gives choice `i` the seed `seed + i` whether the reply is whole or streamed (as vLLM
@@ -410,16 +419,6 @@ async fn several_choices_stream_side_by_side() {
 #[tokio::test]
 async fn a_seeded_turn_samples_the_same_choices_whole_and_streamed() {
     let proxy = Proxy::atropos();
-    let seeds_sent = |proxy: &Proxy| -> Vec<u64> {
-        let mut seeds: Vec<u64> = proxy
-            .worker
-            .requests()
-            .iter()
-            .filter_map(|r| r["sampling_params"]["sampling_seed"].as_u64())
-            .collect();
-        seeds.sort();
-        seeds
-    };
     let ask = |stream: bool, seed: Option<u64>| {
         let mut body = json!({"messages": [{"role": "user", "content": "count"}], "n": 2,
             "stream": stream});

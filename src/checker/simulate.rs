@@ -71,7 +71,14 @@ pub struct Transition {
 /// Runs `shape` on a fresh session whose tool format is `parser`.
 pub fn run(ctx: &TurnContext, format: &ToolFormat, shape: &Shape) -> ShapeRun {
     let mut run = ShapeRun::default();
-    if let Err(error) = run_turns(ctx, format, shape, &mut run) {
+    // The shape's turns are not the server's: no log line, span or OTLP export of them.
+    let silenced = tracing::subscriber::NoSubscriber::default();
+    let ran =
+        tracing::subscriber::with_default(silenced, || run_turns(ctx, format, shape, &mut run));
+    // With the silent subscriber gone, every log call site is asked again: otherwise each
+    // would go on asking at every call whether it is enabled.
+    tracing::callsite::rebuild_interest_cache();
+    if let Err(error) = ran {
         run.error = Some(error);
     }
     run
@@ -167,12 +174,8 @@ fn run_turns(
             vec![-0.1; ids.len()],
             FinishReason::Stop,
         ));
-        // The shape's turns are not the server's: no log line, span or OTLP export of them.
-        let silenced = tracing::subscriber::NoSubscriber::default();
-        let output = tracing::subscriber::with_default(silenced, || {
-            futures::executor::block_on(pipeline.run(&session, &request))
-        })
-        .map_err(|e| e.to_string())?;
+        let output = futures::executor::block_on(pipeline.run(&session, &request))
+            .map_err(|e| e.to_string())?;
         let reply = output.choices[0].reply.clone();
         let written_ids: Vec<&str> = message["tool_calls"]
             .as_array()
