@@ -3,10 +3,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rollout_proxy::http::{Api, read_turn};
+use rollout_proxy::http::read_turn;
+use rollout_proxy::session::Api;
 
 fuzz_target!(|data: &[u8]| {
-    for api in [Api::Chat, Api::Messages, Api::Responses] {
+    for api in Api::ALL {
         let _ = read_turn(api, data);
     }
 });

@@ -4,8 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rollout_proxy::reasoning::{Part, ReasoningStream, ReasoningSyntax, split};
-use rollout_proxy::tools::streaming::{CallStream, Piece};
 use rollout_proxy::tools::registry::PARSERS;
+use rollout_proxy::tools::streaming::{CallStream, Piece};
 use rollout_proxy::tools::{DeclaredTools, Promoter};
 use std::sync::Arc;
 
@@ -19,13 +19,18 @@ fuzz_target!(|data: &[u8]| {
     let chunks: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
 
     let tools = serde_json::json!([{"type": "function", "function": {"name": "search"}}]);
-    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap()).unwrap().map(Arc::new);
+    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap())
+        .unwrap()
+        .map(Arc::new);
     let promoter = Promoter::new(tools.as_ref(), &["search".to_string()], cut % 2 == 0);
     for entry in PARSERS {
         let mut stream = CallStream::new(entry.build(), promoter.clone(), vec!["###".to_string()]);
         let mut pieces: Vec<Piece> = chunks.iter().flat_map(|c| stream.push(c)).collect();
         pieces.extend(stream.finish(None));
-        let calls = pieces.iter().filter(|p| matches!(p, Piece::Call(_))).count();
+        let calls = pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Call(_)))
+            .count();
         if calls == 0 {
             let streamed: String = pieces
                 .iter()

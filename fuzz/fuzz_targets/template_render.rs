@@ -11,7 +11,7 @@ use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
 use rollout_proxy::tools::HermesParser;
-use rollout_proxy::turn::{TailRender, TurnContext, prepare};
+use rollout_proxy::turn::{Planner, TailRender, TurnContext};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -45,15 +45,28 @@ fuzz_target!(|data: &[u8]| {
             }
         })
         .collect();
-    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
-    let Ok(body) = serde_json::from_value::<ChatCompletionBody>(json!({"messages": messages, "tools": tools})) else {
+    let tools =
+        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    let Ok(body) =
+        serde_json::from_value::<ChatCompletionBody>(json!({"messages": messages, "tools": tools}))
+    else {
         return;
     };
     let Ok(request) = ChatRequest::from_body(body, None) else {
         return;
     };
     let ctx = context();
-    if let Ok(plan) = prepare(ctx, &SessionState::default(), &request, HistoryMode::Sampled, &HermesParser, &Default::default(), TailRender::Allowed) {
+    let state = SessionState::default();
+    let metrics = Default::default();
+    let planner = Planner {
+        ctx,
+        state: &state,
+        request: &request,
+        history: HistoryMode::Sampled,
+        parser: &HermesParser,
+        metrics: &metrics,
+    };
+    if let Ok(plan) = planner.prepare(TailRender::Allowed) {
         let _ = ctx.tokenizer.decode(&plan.prompt_ids);
     }
 });

@@ -36,6 +36,10 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     for pair in pairs() {
         let expected = pair.library.encode_fast(text.as_ref(), false).unwrap();
-        assert_eq!(pair.ours.encode(&text).unwrap(), expected.get_ids(), "{text:?}");
+        assert_eq!(
+            pair.ours.encode(&text).unwrap(),
+            expected.get_ids(),
+            "{text:?}"
+        );
     }
 });

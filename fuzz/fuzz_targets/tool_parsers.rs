@@ -13,14 +13,17 @@ fuzz_target!(|data: &[u8]| {
         {"type": "function", "function": {"name": "search", "parameters": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}},
         {"type": "function", "function": {"name": "Bash"}},
     ]);
-    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap()).unwrap().map(Arc::new);
+    let tools = DeclaredTools::new(serde_json::from_value(tools).unwrap())
+        .unwrap()
+        .map(Arc::new);
     let names = vec!["search".to_string(), "Bash".to_string()];
     for heal in [false, true] {
         let promoter = Promoter::new(tools.as_ref(), &names, heal);
         for entry in PARSERS {
             let parsed = entry.build().parse(&text, &promoter);
             for call in &parsed.calls {
-                let arguments: serde_json::Value = serde_json::from_str(&call.arguments).expect("arguments are JSON");
+                let arguments: serde_json::Value =
+                    serde_json::from_str(&call.arguments).expect("arguments are JSON");
                 assert!(arguments.is_object());
             }
             if parsed.calls.is_empty() && !text.trim().is_empty() {

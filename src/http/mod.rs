@@ -68,22 +68,19 @@ impl AppState {
     }
 }
 
-/// An API a turn may come in by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// OpenAI chat completions.
-    Chat,
-    /// Anthropic Messages.
-    Messages,
-    /// OpenAI Responses.
-    Responses,
-}
-
-/// The turn a request body asks for, read as the route of `api` reads it (without a
-/// session: no stored responses). The fuzz targets drive every API's reader through this.
-pub fn read_turn(api: Api, body: &[u8]) -> Result<crate::chat::ChatRequest, ApiError> {
+/// The conversation a request body asks a turn for, read as the route of `api` reads it
+/// (without a session: no stored responses). The fuzz targets drive every API's reader
+/// through this.
+pub fn read_turn(
+    api: crate::session::Api,
+    body: &[u8],
+) -> Result<crate::chat::ChatRequest, ApiError> {
+    use crate::session::Api;
     match api {
-        Api::Chat => Ok(crate::chat::ChatRequest::from_body(
+        Api::Completions => Err(ApiError::bad_request(
+            "a text completion's prompt is not a conversation",
+        )),
+        Api::ChatCompletions => Ok(crate::chat::ChatRequest::from_body(
             body::parse_json(body)?,
             None,
         )?),
