@@ -54,13 +54,11 @@ impl Conversation {
 
 /// Keeps a finished response on its session: the items it added (its input, then its output),
 /// linked to the response it continued, and the object.
-fn keep(finished: Finished, output: &[Value], response: &Value) {
+fn keep(finished: Finished, output: &[Value], response: &reply::ResponseObject) {
     if !finished.store {
         return;
     }
-    let Some(id) = response["id"].as_str() else {
-        return;
-    };
+    let id = response.id;
     let Conversation {
         previous,
         input: mut items,
@@ -69,7 +67,7 @@ fn keep(finished: Finished, output: &[Value], response: &Value) {
     let stored = StoredResponse {
         previous,
         items,
-        body: response.clone(),
+        body: serde_json::to_value(response).unwrap_or_default(),
     };
     // The reply is sent already: a failed write only loses the stored copy on a restart.
     if let Some(log) = &finished.journal

@@ -3,6 +3,7 @@
 
 use super::request::encrypt_reasoning;
 use crate::turn::{Finish, Reply, ReplyPart, ReturnedCall, Usage};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 /// What every `response` object of one turn repeats: its id, the request's settings.
@@ -27,27 +28,30 @@ pub fn item_id(prefix: &str) -> String {
 
 impl Shell {
     /// The `response` object with `status` and `output` (and usage when finished).
-    pub fn response(
-        &self,
-        status: &str,
-        output: &[Value],
+    pub fn response<'a>(
+        &'a self,
+        status: &'a str,
+        output: &'a [Value],
         finish: Option<Finish>,
         usage: Option<&Usage>,
-    ) -> Value {
-        let mut response = json!({
-            "id": self.id, "object": "response", "created_at": self.created_at,
-            "status": status, "error": null,
-            "incomplete_details": match finish {
-                Some(Finish::Length) => json!({"reason": "max_output_tokens"}),
-                _ => Value::Null,
+    ) -> ResponseObject<'a> {
+        ResponseObject {
+            id: &self.id,
+            object: "response",
+            created_at: self.created_at,
+            status,
+            error: None,
+            incomplete_details: match finish {
+                Some(Finish::Length) => Some(Incomplete {
+                    reason: "max_output_tokens",
+                }),
+                _ => None,
             },
-            "model": self.model, "output": output,
-            "usage": usage.map(usage_json),
-        });
-        if let Value::Object(fields) = &mut response {
-            fields.extend(self.echo.clone());
+            model: &self.model,
+            output,
+            usage: usage.map(ResponseUsage::from),
+            echo: &self.echo,
         }
-        response
     }
 
     /// The output items of a finished reply, in document order.
@@ -105,15 +109,64 @@ pub fn output_text(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
+/// A `response` object.
+#[derive(Debug, Serialize)]
+pub struct ResponseObject<'a> {
+    pub id: &'a str,
+    object: &'static str,
+    created_at: u64,
+    status: &'a str,
+    /// Always null: a failed turn is an HTTP error (or an `error` event), never a response.
+    error: Option<()>,
+    incomplete_details: Option<Incomplete>,
+    model: &'a str,
+    output: &'a [Value],
+    usage: Option<ResponseUsage>,
+    /// The request settings a response repeats.
+    #[serde(flatten)]
+    echo: &'a serde_json::Map<String, Value>,
+}
+
+/// Why a response is incomplete.
+#[derive(Debug, Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
 /// `usage`, the prompt's cached part in `input_tokens_details`.
-fn usage_json(usage: &Usage) -> Value {
-    json!({
-        "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens.unwrap_or(0)},
-        "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-    })
+#[derive(Debug, Serialize)]
+struct ResponseUsage {
+    input_tokens: usize,
+    input_tokens_details: CachedTokens,
+    output_tokens: usize,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct CachedTokens {
+    cached_tokens: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u32,
+}
+
+impl From<&Usage> for ResponseUsage {
+    fn from(usage: &Usage) -> Self {
+        Self {
+            input_tokens: usage.prompt_tokens,
+            input_tokens_details: CachedTokens {
+                cached_tokens: usage.cached_tokens.unwrap_or(0),
+            },
+            output_tokens: usage.completion_tokens,
+            output_tokens_details: ReasoningTokens {
+                reasoning_tokens: 0,
+            },
+            total_tokens: usage.prompt_tokens + usage.completion_tokens,
+        }
+    }
 }
 
 /// `completed`, or `incomplete` when the token limit cut the reply.

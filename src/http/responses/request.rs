@@ -30,6 +30,9 @@ pub struct ResponsesBody {
     pub instructions: Option<String>,
     /// Kept as text: each distinct list is read once.
     tools: Option<Box<RawValue>>,
+    /// The kind and name of each declared tool, read from `tools` when first asked.
+    #[serde(skip)]
+    declared: std::sync::OnceLock<Vec<Declared>>,
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -158,7 +161,7 @@ impl ResponsesBody {
         if let Some(raw) = &self.tools {
             request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Responses)
                 .map_err(|e| invalid(format!("tools: {e}")))?;
-            request.tools_left_out = left_out(raw);
+            request.tools_left_out = left_out(self.declared());
         }
         if let Some(choice) = &self.tool_choice {
             request.tool_choice = tool_choice(choice)?;
@@ -189,35 +192,39 @@ fn response_format(format: &Value) -> Result<ResponseFormat, BadRequest> {
 }
 
 /// A declared tool's kind and name, read without its schema.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Declared {
     #[serde(rename = "type")]
     kind: String,
     name: Option<String>,
 }
 
-fn declared(raw: &RawValue) -> Vec<Declared> {
-    serde_json::from_str(raw.get()).unwrap_or_default()
-}
-
 /// The names of declared tools the prompt leaves out (built-in tools).
-fn left_out(raw: &RawValue) -> Vec<String> {
-    declared(raw)
-        .into_iter()
+fn left_out(declared: &[Declared]) -> Vec<String> {
+    declared
+        .iter()
         .filter(|tool| !matches!(tool.kind.as_str(), "function" | "namespace"))
-        .map(|tool| tool.name.unwrap_or(tool.kind))
+        .map(|tool| tool.name.clone().unwrap_or_else(|| tool.kind.clone()))
         .collect()
 }
 
 impl ResponsesBody {
+    /// The kind and name of each declared tool (read once per request).
+    fn declared(&self) -> &[Declared] {
+        self.declared.get_or_init(|| {
+            let raw = self.tools.as_deref();
+            raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or_default()
+        })
+    }
+
     /// The namespaces declared: a call named `{namespace}.{name}` is returned as `name` in
     /// `namespace`.
     pub fn namespaces(&self) -> Vec<String> {
-        let tools = self.tools.as_deref().map(declared).unwrap_or_default();
-        tools
-            .into_iter()
+        self.declared()
+            .iter()
             .filter(|tool| tool.kind == "namespace")
-            .filter_map(|tool| tool.name)
+            .filter_map(|tool| tool.name.clone())
             .collect()
     }
 }

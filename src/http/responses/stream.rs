@@ -26,7 +26,7 @@ pub fn respond(shell: Shell, turn: TurnStream, finished: Finished) -> HttpRespon
         finished: Some(finished),
     };
     let mut first = Vec::new();
-    let response = writer.shell.response("in_progress", &[], None, None);
+    let response = json!(writer.shell.response("in_progress", &[], None, None));
     writer.event(
         &mut first,
         "response.created",
