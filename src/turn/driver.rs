@@ -201,18 +201,22 @@ impl<'t> Driver<'t> {
     /// as long as the first stream lives (streamed).
     fn open_samples(&self, plan: &mut Plan, params: SamplingParams) -> Opening {
         let requests = self.requests(plan, params);
-        let (pipeline, session) = (self.pipeline.clone(), self.session.clone());
+        let pipeline = self.pipeline;
+        let sampler = Sampler {
+            backends: pipeline.backends.clone(),
+            metrics: pipeline.metrics.clone(),
+            session: self.session.clone(),
+        };
+        let gate = pipeline.gate.clone();
         let streamed = self.streamed();
         Box::pin(async move {
-            let at_backend = pipeline.gate.pass().await?;
+            let at_backend = gate.pass().await?;
             let mut streams = match streamed {
                 true => {
-                    let opening = requests
-                        .iter()
-                        .map(|generate| pipeline.sample_stream(&session, generate));
+                    let opening = requests.iter().map(|generate| sampler.stream(generate));
                     futures::future::try_join_all(opening).await?
                 }
-                false => pipeline.sample_whole(&session, &requests).await?,
+                false => sampler.whole(&requests).await?,
             };
             if let Some((events, _)) = streams.first_mut().filter(|_| streamed) {
                 let held = std::mem::replace(events, Box::pin(futures::stream::empty()));
@@ -463,14 +467,21 @@ async fn tick(keep_alive: &mut Option<tokio::time::Interval>) {
     }
 }
 
-impl Pipeline {
+/// What a turn's samples are opened with, held by the future that opens them.
+struct Sampler {
+    backends: Arc<crate::backend::Pool>,
+    metrics: Arc<crate::metrics::Metrics>,
+    session: Arc<Session>,
+}
+
+impl Sampler {
     /// Samples each of `requests` whole, on the session's pinned backend or the one its
     /// previous turn ran on (its prefix cache is there); each sample as one stream event.
-    pub(super) async fn sample_whole(
+    async fn whole(
         &self,
-        session: &Session,
         requests: &[GenerateRequest],
     ) -> Result<Vec<(EventStream, Arc<str>)>, TurnError> {
+        let session = &self.session;
         let previous = session.backend();
         let _timed = self.metrics.timed(Stage::Backend);
         let sampling = requests.iter().map(|request| {
@@ -494,12 +505,12 @@ impl Pipeline {
     }
 
     /// Opens one streamed sample, on the session's pinned backend or the one its previous
-    /// turn ran on (its prefix cache is there).
-    pub(super) async fn sample_stream(
+    /// turn ran on.
+    async fn stream(
         &self,
-        session: &Session,
         request: &GenerateRequest,
     ) -> Result<(EventStream, Arc<str>), TurnError> {
+        let session = &self.session;
         let previous = session.backend();
         let (events, used) = self
             .backends
