@@ -39,7 +39,7 @@ async fn timed(
     seed: i64,
 ) -> (Duration, Duration, usize) {
     let request = GenerateRequest {
-        prompt,
+        prompt: prompt.into(),
         params: SamplingParams {
             max_tokens: Some(max_tokens),
             temperature: Some(1.0),

@@ -56,7 +56,7 @@ fn pool(backends: usize, slots: usize, latency: Duration) -> Pool {
 
 fn request() -> GenerateRequest {
     GenerateRequest {
-        prompt: vec![7; 4096],
+        prompt: vec![7; 4096].into(),
         params: SamplingParams::default(),
         n: 1,
         session: None,

@@ -10,8 +10,9 @@
 //! - `render_short`: the render of a short tool conversation.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::chat::ChatRequest;
 use rollout_proxy::generation::{FinishReason, Generation};
+use rollout_proxy::http::openai::request::ChatCompletionBody;
 use rollout_proxy::json_numbers::NumberArray;
 use rollout_proxy::metrics::Metrics;
 use rollout_proxy::session::{CommitRecord, HistoryMode, SessionState};
@@ -66,7 +67,7 @@ fn plan_with(
 
 fn request(messages: &[Value]) -> ChatRequest {
     let body: ChatCompletionBody = serde_json::from_value(json!({"messages": messages})).unwrap();
-    ChatRequest::from_body(body, Some(256)).unwrap()
+    body.validate(Some(256)).unwrap().turn
 }
 
 /// A session whose single node holds about `target` tokens, and the messages of its next turn.
@@ -146,7 +147,7 @@ fn bench_pipeline(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(id), &body, |b, body| {
             b.iter(|| {
                 let parsed: ChatCompletionBody = serde_json::from_slice(body).unwrap();
-                let req = ChatRequest::from_body(parsed, Some(256)).unwrap();
+                let req = parsed.validate(Some(256)).unwrap().turn;
                 let plan = plan_turn(&ctx, &state, &req, &metrics);
                 let mut out = Vec::with_capacity(8 * plan.prompt_ids.len());
                 let mut ids = NumberArray::new(&mut out);
@@ -214,7 +215,8 @@ fn bench_render_short(c: &mut Criterion) {
         {"role": "user", "content": "Is it raining in Tokyo?"},
     ]);
     let body = json!({"messages": messages, "tools": tools});
-    let req = ChatRequest::from_body(serde_json::from_value(body).unwrap(), Some(256)).unwrap();
+    let body: ChatCompletionBody = serde_json::from_value(body).unwrap();
+    let req = body.validate(Some(256)).unwrap().turn;
     let values: Vec<TemplateValue> = req.messages.iter().map(|m| m.to_template_value()).collect();
     let values = TemplateValue::from(values);
     let mut group = c.benchmark_group("render_short");

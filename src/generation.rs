@@ -109,8 +109,9 @@ impl Constraint {
 /// One generation request: `n` samples continuing `prompt`.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
-    /// The prompt's token ids.
-    pub prompt: Vec<u32>,
+    /// The prompt's token ids, shared with the turn that planned them (never copied per
+    /// request or choice).
+    pub prompt: std::sync::Arc<Vec<u32>>,
     /// How to sample.
     pub params: SamplingParams,
     /// How many samples.

@@ -310,11 +310,11 @@ async fn what_cannot_be_enforced_is_refused_naming_the_option() {
 
 /// Every kind of grammar the proxy writes, and texts each must and must not match.
 fn grammar_cases() -> Vec<Value> {
-    use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
     use rollout_proxy::grammar::{Reasoning, for_request, gbnf};
+    use rollout_proxy::http::openai::request::ChatCompletionBody;
     let with_separator = |extra: Value, format: &str, reasoning: Reasoning, separator| {
         let body: ChatCompletionBody = serde_json::from_value(question(extra)).unwrap();
-        let request = ChatRequest::from_body(body, None).unwrap();
+        let request = body.validate(None).unwrap().turn;
         gbnf(
             &for_request(&request, format, reasoning, separator)
                 .unwrap()

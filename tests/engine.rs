@@ -407,7 +407,7 @@ async fn an_id_outside_the_vocabulary_fails_only_its_own_request() {
     let engine = engine::Engine::start(model, settings()).unwrap();
     let backend = engine::EngineBackend(engine);
     let request = |prompt: Vec<u32>| GenerateRequest {
-        prompt,
+        prompt: prompt.into(),
         params: SamplingParams {
             max_tokens: Some(16),
             seed: Some(1),

@@ -4,7 +4,8 @@
 //! said where they occur; the nudge helpers and route tests are ported in
 //! `tests/tool_healing.rs`.
 
-use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::chat::ChatRequest;
+use rollout_proxy::http::openai::request::ChatCompletionBody;
 use rollout_proxy::tools::streaming::{CallStream, Piece};
 use rollout_proxy::tools::{AutoParser, DeclaredTools, ParsedOutput, Promoter, ToolParser};
 use serde_json::{Value, json};
@@ -51,7 +52,9 @@ fn request(tools: Option<Value>, extra: Value) -> Result<ChatRequest, String> {
         body[k] = v.clone();
     }
     let body: ChatCompletionBody = serde_json::from_value(body).map_err(|e| e.to_string())?;
-    ChatRequest::from_body(body, None).map_err(|e| e.to_string())
+    body.validate(None)
+        .map(|call| call.turn)
+        .map_err(|e| e.to_string())
 }
 
 /// `heal_gate`: the names healing may promote, or `None` when it is off.

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rollout_proxy::chat::{ChatCompletionBody, ChatRequest};
+use rollout_proxy::http::openai::request::ChatCompletionBody;
 use rollout_proxy::session::{HistoryMode, SessionState};
 use rollout_proxy::template::load_template;
 use rollout_proxy::tokenizer::Tokenizer;
@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
     else {
         return;
     };
-    let Ok(request) = ChatRequest::from_body(body, None) else {
+    let Ok(request) = body.validate(None).map(|call| call.turn) else {
         return;
     };
     let ctx = context();

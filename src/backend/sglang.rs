@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn generate_bodies_send_the_ids_logprob_flags_and_only_the_sampling_fields_given() {
         let mut request = GenerateRequest {
-            prompt: vec![1, 2],
+            prompt: vec![1, 2].into(),
             params: SamplingParams::default(),
             n: 1,
             session: None,

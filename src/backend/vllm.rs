@@ -482,7 +482,7 @@ mod tests {
     #[test]
     fn request_maps_sampling_fields() {
         let request = GenerateRequest {
-            prompt: vec![1, 2],
+            prompt: vec![1, 2].into(),
             params: crate::generation::SamplingParams {
                 max_tokens: Some(8),
                 top_k: Some(5),
@@ -517,7 +517,7 @@ mod tests {
     #[test]
     fn constraints_go_in_structured_outputs() {
         let mut request = GenerateRequest {
-            prompt: vec![1],
+            prompt: vec![1].into(),
             params: crate::generation::SamplingParams {
                 constraint: Some(Constraint::Grammar("root ::= \"a\"".into())),
                 ..Default::default()

@@ -1,8 +1,9 @@
-//! The OpenAI chat API surface: request validation and message normalisation.
+//! The conversation a turn is asked for, in no API's vocabulary: messages (normalised from the
+//! OpenAI-shaped messages every adapter writes them as), tools, tool choice, sampling.
 
 pub mod messages;
 pub mod request;
 pub mod wire;
 
 pub use messages::{ChatMessage, Role, ToolCall};
-pub use request::{ChatCompletionBody, ChatRequest, RequestError, ResponseFormat, ToolChoice};
+pub use request::{CallRules, ChatRequest, MAX_N, RequestError, ResponseFormat, ToolChoice};

@@ -9,12 +9,12 @@
 use super::rewrite::{self, Rewrite, Sampled};
 use super::scripted::Script;
 use super::shapes::Shape;
-use crate::chat::{ChatCompletionBody, ChatRequest};
-use crate::generation::{FinishReason, Generation};
-use crate::session::{HistoryMode, SessionOptions, SessionStore};
+use crate::chat::{CallRules, ChatMessage, ChatRequest, ResponseFormat, ToolChoice};
+use crate::generation::{FinishReason, Generation, SamplingParams};
+use crate::session::{Api, HistoryMode, SessionOptions, SessionStore};
 use crate::template::{RenderRequest, TemplateValue, json_value};
 use crate::tools::detect::call_message_forms;
-use crate::tools::{ToolFormat, ToolParser};
+use crate::tools::{DeclaredTools, ToolFormat, ToolParser};
 use crate::turn::reply::Reply;
 use crate::turn::{Base, Pipeline, Planner, TailRender, TurnContext};
 use serde::Serialize;
@@ -203,14 +203,37 @@ fn run_turns(
     Ok(())
 }
 
-/// The request a client would send with `messages`.
+/// The turn a chat client sending `messages` in `shape` asks for.
 fn chat_request(messages: &[Value], shape: &Shape) -> Result<ChatRequest, String> {
-    let mut body = json!({"messages": messages, "chat_template_kwargs": shape.kwargs});
-    if let Some(tools) = &shape.tools {
-        body["tools"] = tools.clone();
-    }
-    let body: ChatCompletionBody = serde_json::from_value(body).map_err(|e| e.to_string())?;
-    ChatRequest::from_body(body, None).map_err(|e| e.to_string())
+    let messages = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| ChatMessage::parse(i, m.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let tools = match &shape.tools {
+        Some(tools) => {
+            let raw = serde_json::value::to_raw_value(tools).map_err(|e| e.to_string())?;
+            DeclaredTools::from_raw(&raw).map_err(|e| e.to_string())?
+        }
+        None => None,
+    };
+    let request = ChatRequest {
+        api: Api::ChatCompletions,
+        messages,
+        tools,
+        tools_left_out: Vec::new(),
+        tool_choice: ToolChoice::Auto,
+        calls: CallRules::default(),
+        response_format: ResponseFormat::Text,
+        template_kwargs: shape.kwargs.as_object().cloned().unwrap_or_default(),
+        add_generation_prompt: true,
+        params: SamplingParams::default(),
+        n: 1,
+        key: None,
+    };
+    request.check().map_err(|e| e.to_string())?;
+    Ok(request)
 }
 
 /// `messages` as the template gets them, normalised as every turn normalises them.

@@ -27,7 +27,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// One sample to produce.
 pub struct Job {
-    pub prompt: Vec<u32>,
+    pub prompt: std::sync::Arc<Vec<u32>>,
     pub sampling: SamplingConfig,
     /// A GBNF grammar the sample must follow (constrained decoding), if any.
     pub grammar: Option<String>,

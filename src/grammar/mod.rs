@@ -145,8 +145,7 @@ fn forced_call(
                 })
         })
         .collect();
-    let several =
-        request.parallel_tool_calls && matches!(request.tool_choice, ToolChoice::Required);
+    let several = request.calls.parallel && matches!(request.tool_choice, ToolChoice::Required);
     let mut grammar = Grammar::default();
     let calls = calls::calls(&mut grammar, format, &functions, several).ok_or_else(|| {
         GrammarError::NoCallGrammar {
@@ -175,7 +174,7 @@ fn forced_call(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::ChatCompletionBody;
+    use crate::http::openai::request::ChatCompletionBody;
 
     fn request(extra: Value) -> ChatRequest {
         let mut body = json!({"messages": [{"role": "user", "content": "hi"}],
@@ -187,7 +186,7 @@ mod tests {
             body[key] = value.clone();
         }
         let body: ChatCompletionBody = serde_json::from_value(body).unwrap();
-        ChatRequest::from_body(body, None).unwrap()
+        body.validate(None).unwrap().turn
     }
 
     #[test]
@@ -285,7 +284,7 @@ mod tests {
             "tool_choice": "required"});
         let forced: ChatCompletionBody = serde_json::from_value(body.clone()).unwrap();
         let error = for_request(
-            &ChatRequest::from_body(forced, None).unwrap(),
+            &forced.validate(None).unwrap().turn,
             "hermes",
             Reasoning::None,
             None,
@@ -297,7 +296,7 @@ mod tests {
             "json_schema": {"name": "a", "schema": schema}});
         let formatted: ChatCompletionBody = serde_json::from_value(body).unwrap();
         let error = for_request(
-            &ChatRequest::from_body(formatted, None).unwrap(),
+            &formatted.validate(None).unwrap().turn,
             "hermes",
             Reasoning::None,
             None,

@@ -17,7 +17,7 @@ pub mod error;
 mod export;
 pub mod guard;
 mod idempotency;
-mod openai;
+pub mod openai;
 mod responses;
 pub mod routes;
 mod sessions;
@@ -80,10 +80,10 @@ pub fn read_turn(
         Api::Completions => Err(ApiError::bad_request(
             "a text completion's prompt is not a conversation",
         )),
-        Api::ChatCompletions => Ok(crate::chat::ChatRequest::from_body(
-            body::parse_json(body)?,
-            None,
-        )?),
+        Api::ChatCompletions => {
+            let body: openai::request::ChatCompletionBody = body::parse_json(body)?;
+            Ok(body.validate(None)?.turn)
+        }
         Api::Messages => {
             let body: anthropic::MessagesBody = body::parse_json(body)?;
             Ok(body.into_request(None, false)?)

@@ -66,6 +66,15 @@ impl Api {
     pub fn named(name: &str) -> Option<Api> {
         Api::ALL.into_iter().find(|api| api.as_str() == name)
     }
+
+    /// How the API names a returned tool call: `{prefix}{n}`, `n` counting the session's
+    /// calls (Anthropic's ids start `toolu_`, OpenAI's `call_`).
+    pub fn call_id_prefix(self) -> &'static str {
+        match self {
+            Api::Messages => "toolu_",
+            Api::ChatCompletions | Api::Completions | Api::Responses => "call_",
+        }
+    }
 }
 
 impl serde::Serialize for Api {

@@ -66,7 +66,7 @@ impl<'t> ChoiceStream<'t> {
                 shown_markers(tokenizer, parser.as_ref(), reasoning),
                 request.promoter(),
                 request.params.stop.clone(),
-                request.parallel_tool_calls,
+                request.calls.parallel,
             ),
             TurnRequest::Text(request) => (
                 Vec::new(),

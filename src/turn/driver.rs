@@ -43,11 +43,9 @@ pub(super) enum Events {
     Sent(mpsc::Sender<TurnEvent>),
 }
 
-/// The samples of a turn's choices, each with the backend serving it, and the prompt a whole
-/// reply's requests carried (handed back to the plan, so it is not copied for the request).
+/// The samples of a turn's choices, each with the backend serving it.
 pub(super) struct Opened {
     streams: Vec<(EventStream, Arc<str>)>,
-    prompt: Option<Vec<u32>>,
 }
 
 type Opening = BoxFuture<'static, Result<Opened, TurnError>>;
@@ -119,15 +117,14 @@ impl<'t> Driver<'t> {
                 plan: self.plan(state, TailRender::Never)?,
                 samples: Ok(Opened {
                     streams: replay::streams(&done, self.streamed()),
-                    prompt: None,
                 }),
                 calls_before: done.issued_before,
                 replayed: true,
             });
         }
-        let mut plan = self.plan(state, TailRender::Allowed)?;
+        let plan = self.plan(state, TailRender::Allowed)?;
         let params = self.sampling(&plan)?;
-        let mut opening = self.open_samples(&mut plan, params);
+        let mut opening = self.open_samples(&plan, params);
         let samples = match self.streamed() {
             true => match tokio::time::timeout(OPEN_GRACE, &mut opening).await {
                 Ok(opened) => Ok(opened?),
@@ -168,14 +165,11 @@ impl<'t> Driver<'t> {
     /// The backend requests of the turn's samples. A seed gives choice `i` the seed `seed + i`
     /// (as vLLM seeds the samples of one request), so a seeded turn samples the same whether
     /// its reply is whole or streamed; whole and unseeded, the samples are one request's.
-    fn requests(&self, plan: &mut Plan, params: SamplingParams) -> Vec<GenerateRequest> {
+    fn requests(&self, plan: &Plan, params: SamplingParams) -> Vec<GenerateRequest> {
         let n = self.request.n();
         let one_request = !self.streamed() && (params.seed.is_none() || n == 1);
         let each = GenerateRequest {
-            prompt: match self.streamed() {
-                true => plan.prompt_ids.clone(),
-                false => std::mem::take(&mut plan.prompt_ids),
-            },
+            prompt: plan.prompt_ids.clone(),
             n: if one_request { n } else { 1 },
             params,
             session: Some(self.session.id.to_string().into()),
@@ -199,7 +193,7 @@ impl<'t> Driver<'t> {
     /// Opens the samples once the gate lets the turn through: whole samples, each then fed as
     /// one event, or streams. The turn is at a backend until they are sampled (whole) or for
     /// as long as the first stream lives (streamed).
-    fn open_samples(&self, plan: &mut Plan, params: SamplingParams) -> Opening {
+    fn open_samples(&self, plan: &Plan, params: SamplingParams) -> Opening {
         let requests = self.requests(plan, params);
         let pipeline = self.pipeline;
         let sampler = Sampler {
@@ -225,12 +219,7 @@ impl<'t> Driver<'t> {
                     event
                 }));
             }
-            let prompt = requests
-                .into_iter()
-                .next()
-                .filter(|_| !streamed)
-                .map(|r| r.prompt);
-            Ok(Opened { streams, prompt })
+            Ok(Opened { streams })
         })
     }
 
@@ -238,7 +227,7 @@ impl<'t> Driver<'t> {
     /// hands what they show to the client; returns the choices once every one has finished.
     pub(super) async fn relay(&mut self, planned: Planned) -> Result<TurnOutput, Ended> {
         let Planned {
-            mut plan,
+            plan,
             samples,
             calls_before,
             ..
@@ -247,20 +236,13 @@ impl<'t> Driver<'t> {
             Ok(opened) => opened,
             Err(opening) => self.wait_for(opening).await?,
         };
-        if let Some(prompt) = opened.prompt {
-            plan.prompt_ids = prompt;
-        }
         let context = &self.pipeline.context;
         let reasoning = match self.request {
             TurnRequest::Chat(_) => self.pipeline.reasoning_mode(self.session, &plan),
             TurnRequest::Text(_) => None,
         };
         let parser = self.session.options.tool_parser.parser();
-        let prefix = match self.request {
-            TurnRequest::Chat(request) => request.call_id_prefix,
-            TurnRequest::Text(_) => "call_",
-        };
-        let mut calls = CallIds::after(calls_before, prefix);
+        let mut calls = CallIds::after(calls_before, self.request.api().call_id_prefix());
         let mut choices: Vec<ChoiceStream> = Vec::with_capacity(opened.streams.len());
         let mut merged = futures::stream::select_all(opened.streams.into_iter().enumerate().map(
             |(index, (events, backend))| {

@@ -56,12 +56,10 @@ pub enum TurnEvent {
 /// A streamed turn under way.
 #[derive(Debug)]
 pub struct TurnStream {
-    /// Length of the prompt sent.
-    pub prompt_tokens: usize,
     /// How many choices are sampled.
     pub choices: usize,
-    /// The prompt's ids, when the request asked for them (`return_token_ids`).
-    pub prompt_ids: Option<Vec<u32>>,
+    /// The prompt's ids (shared with the turn, not copied).
+    pub prompt_ids: std::sync::Arc<Vec<u32>>,
     /// The turn's events; dropping this cancels the turn.
     pub events: mpsc::Receiver<TurnEvent>,
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 
 /// The first choice wrote tool-call markup, but nothing could be promoted from it.
 pub fn deserves_nudge(request: &ChatRequest, parser: &dyn ToolParser, reply: &Reply) -> bool {
-    request.nudge_tool_calls
+    request.calls.nudge
         && request.promoter().is_active()
         && reply.tool_calls.is_empty()
         && parser.signals().iter().any(|s| reply.text.contains(s))

@@ -90,7 +90,7 @@ impl Pipeline {
                 super::Base::Extend { node } => Some(node),
                 super::Base::New { .. } => None,
             },
-            prompt_ids: plan.prompt_ids,
+            prompt_ids: Arc::unwrap_or_clone(plan.prompt_ids),
         })
     }
 

@@ -30,6 +30,7 @@ use crate::metrics::Stage;
 use crate::session::{CompletionId, ConversationDigest, Divergence, HistoryMode, SessionState};
 use crate::template::TemplateValue;
 use serde_json::Value;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Whether a turn may render only the end of its conversation ([`super::tail`]).
@@ -250,7 +251,7 @@ impl Planner<'_> {
         drop(tokenizing);
         let history = history_entries(&sampled, &pieces);
         Ok(Plan {
-            prompt_ids,
+            prompt_ids: Arc::new(prompt_ids),
             base,
             base_len,
             history,

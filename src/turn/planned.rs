@@ -11,6 +11,7 @@ use crate::session::{
     SessionState,
 };
 use crate::tools::ToolParser;
+use std::sync::Arc;
 
 /// What a chat turn's prompt is planned from: the model's pieces, the session as it stands,
 /// the request, how the session keeps history and the tool-call format it reads. Planning
@@ -58,7 +59,7 @@ pub enum Base {
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The ids to send.
-    pub prompt_ids: Vec<u32>,
+    pub prompt_ids: Arc<Vec<u32>>,
     /// Where the prompt starts from.
     pub base: Base,
     /// Length of the base node (0 for a new node): `prompt_ids[base_len..]` is new prompt.

@@ -107,8 +107,9 @@ mod tests {
             .iter()
             .map(|c| json!({"role": "user", "content": c}))
             .collect();
-        let body = serde_json::from_value(json!({"messages": messages})).unwrap();
-        let request = ChatRequest::from_body(body, None).unwrap();
+        let body: crate::http::openai::request::ChatCompletionBody =
+            serde_json::from_value(json!({"messages": messages})).unwrap();
+        let request = body.validate(None).unwrap().turn;
         let values = request.messages.iter().map(|m| m.to_template_value());
         (TemplateValue::from(values.collect::<Vec<_>>()), request)
     }

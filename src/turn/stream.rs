@@ -16,8 +16,7 @@ use tracing::Instrument;
 
 /// What a streamed turn tells its caller once its samples are open (or failed to open).
 struct Head {
-    prompt_tokens: usize,
-    prompt_ids: Option<Vec<u32>>,
+    prompt_ids: Arc<Vec<u32>>,
 }
 
 impl Pipeline {
@@ -46,7 +45,6 @@ impl Pipeline {
         };
         let head = head.instrument(span).await?;
         Ok(TurnStream {
-            prompt_tokens: head.prompt_tokens,
             choices,
             prompt_ids: head.prompt_ids,
             events,
@@ -73,10 +71,7 @@ impl Pipeline {
             Err(error) => return drop(head.send(Err(error))),
         };
         let opened = Head {
-            prompt_tokens: planned.plan.prompt_ids.len(),
-            prompt_ids: request
-                .return_token_ids
-                .then(|| planned.plan.prompt_ids.clone()),
+            prompt_ids: planned.plan.prompt_ids.clone(),
         };
         if head.send(Ok(opened)).is_err() {
             return;

@@ -16,6 +16,7 @@ use super::planned::{Base, Plan, RenderedPrompt, chain_candidate};
 use crate::chat::{ChatMessage, ChatRequest, Role};
 use crate::session::CompletionId;
 use std::hash::Hasher;
+use std::sync::Arc;
 
 /// A session renders its first tail-only prompt, and then every this many, also in full.
 pub const VERIFY_EVERY: u64 = 16;
@@ -86,7 +87,7 @@ pub fn plan(
     let base_len = prompt_ids.len();
     prompt_ids.extend(ctx.encode_prompt(&tail.piece)?);
     Ok(Some(Plan {
-        prompt_ids,
+        prompt_ids: Arc::new(prompt_ids),
         base: Base::Extend { node },
         base_len,
         history: base.history.clone(),
@@ -164,8 +165,9 @@ mod tests {
                 body["tools"] =
                     serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
             }
-            let body: crate::chat::ChatCompletionBody = serde_json::from_value(body).unwrap();
-            prefix_digests(&ChatRequest::from_body(body, None).unwrap())
+            let body: crate::http::openai::request::ChatCompletionBody =
+                serde_json::from_value(body).unwrap();
+            prefix_digests(&body.validate(None).unwrap().turn)
         };
         let base = body("hi", false);
         assert_eq!(base.len(), 3);

@@ -9,6 +9,7 @@ use super::segments::generation_check;
 use super::{TurnContext, TurnError};
 use crate::session::{CompletionId, Divergence, SessionState};
 use crate::template::{RenderRequest, TemplateValue, template_map};
+use std::sync::Arc;
 
 /// Renders the conversation with each sampled turn as its raw text (what the template itself
 /// would produce from the model's output).
@@ -85,7 +86,7 @@ pub(super) fn template_mode_plan(
             let mut prompt_ids = node_ids;
             prompt_ids.extend(ctx.encode_prompt(rest)?);
             return Ok(Plan {
-                prompt_ids,
+                prompt_ids: Arc::new(prompt_ids),
                 base: Base::Extend { node: n },
                 base_len: node.len(),
                 history,
@@ -112,7 +113,7 @@ pub(super) fn template_mode_plan(
         });
     }
     Ok(Plan {
-        prompt_ids: ctx.encode_prompt(&faithful)?,
+        prompt_ids: Arc::new(ctx.encode_prompt(&faithful)?),
         base: Base::New { divergence },
         base_len: 0,
         history,
@@ -136,7 +137,7 @@ pub(super) fn faithful_fallback(
     let text = render_raw(planner, messages, matched)?;
     let empty_pieces = vec![""; sampled.len()];
     Ok(Plan {
-        prompt_ids: ctx.encode_prompt(&text)?,
+        prompt_ids: Arc::new(ctx.encode_prompt(&text)?),
         base: Base::New {
             divergence: Some(Divergence {
                 reason: "template_altered_sampled_turn",

@@ -7,6 +7,7 @@
 use super::segments::generation_check;
 use super::{Base, Plan, TurnContext, TurnError};
 use crate::session::SessionState;
+use std::sync::Arc;
 
 /// A completion prompt as text or as token ids.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -81,7 +82,7 @@ pub fn prepare_text(
         return Err(TurnError::EmptyPrompt);
     }
     Ok(Plan {
-        prompt_ids,
+        prompt_ids: Arc::new(prompt_ids),
         base,
         base_len,
         history,

@@ -75,7 +75,7 @@ fn pool(urls: &[&str], limit: usize, settings: PoolSettings, script: Arc<Script>
 
 fn request(n: u32) -> GenerateRequest {
     GenerateRequest {
-        prompt: vec![1],
+        prompt: vec![1].into(),
         params: SamplingParams::default(),
         n,
         session: None,

@@ -90,10 +90,11 @@ pub async fn messages(
         .model
         .clone()
         .unwrap_or_else(|| state.model_name.clone());
+    let streamed = body.stream;
     let mut request = body.into_request(state.default_max_tokens, false)?;
     request.key = key.map(web::ReqData::into_inner);
     let id = format!("msg_{}", &uuid::Uuid::new_v4().simple().to_string()[..24]);
-    if request.stream {
+    if streamed {
         let turn = state.pipeline.stream(session, request).await?;
         return Ok(stream::respond(id, model, turn));
     }

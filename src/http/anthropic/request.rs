@@ -5,14 +5,16 @@
 //! assistant turn's `tool_use` blocks become its tool calls and its `thinking` blocks its
 //! reasoning, so a reply sent back is matched to the tokens that were sampled for it.
 
-use crate::chat::{ChatMessage, ChatRequest, Role, ToolCall, ToolChoice};
+use crate::chat::{
+    CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
+};
 use crate::generation::SamplingParams;
 use crate::http::error::BadRequest;
 use crate::session::Api;
 use crate::tools::{DeclaredTools, ToolDialect};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// The body of `POST /v1/messages` (and `count_tokens`), as sent. Unknown fields are ignored:
 /// clients add fields every month.
@@ -104,24 +106,36 @@ impl MessagesBody {
             stop: self.stop_sequences.unwrap_or_default(),
             ..SamplingParams::default()
         };
-        let mut request = ChatRequest::conversation(messages, params);
-        request.call_id_prefix = "toolu_";
-        request.api = Api::Messages;
-        request.stream = self.stream;
-        if let Some(raw) = &self.tools {
-            request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Anthropic)
-                .map_err(|e| invalid(format!("tools: {e}")))?;
-        }
-        if let Some(choice) = &self.tool_choice {
-            let (choice, parallel) = tool_choice(choice)?;
-            request.tool_choice = choice;
-            request.parallel_tool_calls = parallel;
-        }
+        let tools = match &self.tools {
+            Some(raw) => DeclaredTools::from_raw_in(raw, ToolDialect::Anthropic)
+                .map_err(|e| invalid(format!("tools: {e}")))?,
+            None => None,
+        };
+        let (tool_choice, parallel) = match &self.tool_choice {
+            Some(choice) => tool_choice(choice)?,
+            None => (ToolChoice::Auto, true),
+        };
+        let mut template_kwargs = Map::new();
         if let Some(enabled) = self.thinking.as_ref().map(thinking_enabled).transpose()? {
-            request
-                .template_kwargs
-                .insert("enable_thinking".into(), enabled.into());
+            template_kwargs.insert("enable_thinking".into(), enabled.into());
         }
+        let request = ChatRequest {
+            api: Api::Messages,
+            messages,
+            tools,
+            tools_left_out: Vec::new(),
+            tool_choice,
+            calls: CallRules {
+                parallel,
+                ..CallRules::default()
+            },
+            response_format: ResponseFormat::Text,
+            template_kwargs,
+            add_generation_prompt: true,
+            params,
+            n: 1,
+            key: None,
+        };
         request.check().map_err(|e| invalid(e.to_string()))?;
         Ok(request)
     }
@@ -379,10 +393,10 @@ mod tests {
         assert_eq!(request.messages[3].extra["tool_call_id"], "toolu_0");
         assert_eq!(request.messages[3].content.as_deref(), Some("hello"));
         assert_eq!(request.tool_choice, ToolChoice::Required);
-        assert!(!request.parallel_tool_calls);
+        assert!(!request.calls.parallel);
         assert_eq!(request.template_kwargs["enable_thinking"], true);
         assert_eq!(request.params.max_tokens, Some(128000));
-        assert_eq!(request.call_id_prefix, "toolu_");
+        assert_eq!(request.api.call_id_prefix(), "toolu_");
     }
 
     #[test]

@@ -78,7 +78,7 @@ struct StopDelta<'a> {
 pub fn respond(id: String, model: String, turn: TurnStream) -> HttpResponse {
     let mut first = Vec::new();
     let usage = MessageUsage::from(&Usage {
-        prompt_tokens: turn.prompt_tokens,
+        prompt_tokens: turn.prompt_ids.len(),
         completion_tokens: 0,
         cached_tokens: None,
     });

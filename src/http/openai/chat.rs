@@ -1,8 +1,8 @@
 //! `POST /{uuid}/v1/chat/completions` and its `/render` twin: the OpenAI chat wire format
 //! in and out, around one turn of the pipeline.
 
+use super::request::{ChatCall, ChatCompletionBody, ReplyOptions};
 use super::{ChatLogprobs, ToolCallOut, chat_logprobs, envelope};
-use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::generation::StopMatch;
 use crate::http::body::{json_response, json_with_ids, read_json};
 use crate::http::{ApiError, AppState};
@@ -18,12 +18,11 @@ async fn parse(
     state: &AppState,
     path: web::Path<String>,
     payload: web::Payload,
-) -> Result<(Arc<Session>, ChatRequest), ApiError> {
+) -> Result<(Arc<Session>, ChatCall), ApiError> {
     let session = state.session(&path.into_inner())?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body: ChatCompletionBody = read_json(payload, state.max_body_bytes).await?;
-    let request = ChatRequest::from_body(body, state.default_max_tokens)?;
-    Ok((session, request))
+    Ok((session, body.validate(state.default_max_tokens)?))
 }
 
 /// Shows the exact prompt a real call would send now; changes nothing.
@@ -32,8 +31,8 @@ pub async fn render(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, request) = parse(&state, path, payload).await?;
-    let rendered = state.pipeline.render(&session, &request).await?;
+    let (session, call) = parse(&state, path, payload).await?;
+    let rendered = state.pipeline.render(&session, &call.turn).await?;
     Ok(crate::http::render_reply(rendered))
 }
 
@@ -44,20 +43,19 @@ pub async fn completions(
     payload: web::Payload,
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, mut request) = parse(&state, path, payload).await?;
-    request.key = key.map(web::ReqData::into_inner);
-    if request.stream {
-        let options = super::chat_stream::ChunkOptions::of(&request);
-        let turn = state.pipeline.stream(session, request).await?;
-        return Ok(super::chat_stream::respond(&state, options, turn));
+    let (session, ChatCall { mut turn, reply }) = parse(&state, path, payload).await?;
+    turn.key = key.map(web::ReqData::into_inner);
+    if reply.stream {
+        let stream = state.pipeline.stream(session, turn).await?;
+        return Ok(super::chat_stream::respond(&state, reply, stream));
     }
-    let output = state.pipeline.run(&session, &request).await?;
-    Ok(json_response(body(&state, &request, &output)))
+    let output = state.pipeline.run(&session, &turn).await?;
+    Ok(json_response(body(&state, reply, &output)))
 }
 
 /// The reply: the prompt's ids are written straight from the turn (a long history costs no
 /// JSON value per token).
-fn body(state: &AppState, request: &ChatRequest, output: &TurnOutput) -> Vec<u8> {
+fn body(state: &AppState, options: ReplyOptions, output: &TurnOutput) -> Vec<u8> {
     let tokenizer = &state.pipeline.context.tokenizer;
     let choices: Vec<_> = output
         .choices
@@ -67,7 +65,7 @@ fn body(state: &AppState, request: &ChatRequest, output: &TurnOutput) -> Vec<u8>
             index,
             message: chat_message(&choice.reply),
             finish_reason: choice.reply.finish.as_openai(),
-            logprobs: request
+            logprobs: options
                 .logprobs
                 .then(|| chat_logprobs(tokenizer, &choice.generation)),
             token_ids: &choice.generation.token_ids,
@@ -81,7 +79,7 @@ fn body(state: &AppState, request: &ChatRequest, output: &TurnOutput) -> Vec<u8>
         choices,
         &output.usage(),
     );
-    match request.return_token_ids {
+    match options.return_token_ids {
         true => json_with_ids(&body, "prompt_token_ids", output.prompt_ids()),
         false => serde_json::to_vec(&body).unwrap_or_default(),
     }

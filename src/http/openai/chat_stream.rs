@@ -3,8 +3,8 @@
 //! when asked), a last chunk per choice with its finish reason, an optional usage chunk, then
 //! `data: [DONE]`. Failures after the stream began arrive as an `error` event.
 
+use super::request::ReplyOptions;
 use super::{ChatLogprobs, ToolCallOut, Usage, chat_logprobs};
-use crate::chat::ChatRequest;
 use crate::generation::StopMatch;
 use crate::http::body::json_with_ids;
 use crate::http::{ApiError, AppState, sse};
@@ -15,25 +15,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use std::sync::Arc;
 
-/// What the client asked of the stream.
-#[derive(Debug, Clone, Copy)]
-pub struct ChunkOptions {
-    logprobs: bool,
-    include_usage: bool,
-}
-
-impl ChunkOptions {
-    /// The stream options of `request`.
-    pub fn of(request: &ChatRequest) -> Self {
-        Self {
-            logprobs: request.logprobs,
-            include_usage: request.include_usage,
-        }
-    }
-}
-
 /// The event stream of `turn`.
-pub fn respond(state: &AppState, options: ChunkOptions, mut turn: TurnStream) -> HttpResponse {
+pub fn respond(state: &AppState, options: ReplyOptions, turn: TurnStream) -> HttpResponse {
     let mut writer = ChunkWriter {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         created: crate::session::now_seconds() as u64,
@@ -41,7 +24,7 @@ pub fn respond(state: &AppState, options: ChunkOptions, mut turn: TurnStream) ->
         tokenizer: state.pipeline.context.tokenizer.clone(),
         options,
         choices: turn.choices,
-        prompt_ids: turn.prompt_ids.take(),
+        prompt_ids: options.return_token_ids.then(|| turn.prompt_ids.clone()),
     };
     sse::respond(Bytes::new(), turn, move |event| writer.write(event))
 }
@@ -52,10 +35,10 @@ struct ChunkWriter {
     created: u64,
     model: String,
     tokenizer: Arc<Tokenizer>,
-    options: ChunkOptions,
+    options: ReplyOptions,
     choices: usize,
     /// Written into the first role chunk, when the client asked for them.
-    prompt_ids: Option<Vec<u32>>,
+    prompt_ids: Option<Arc<Vec<u32>>>,
 }
 
 /// One `chat.completion.chunk`.

@@ -2,8 +2,9 @@
 //! extends the node whose ids or text it starts with).
 
 use super::envelope;
-use crate::chat::ResponseFormat;
-use crate::chat::request::{MAX_N, MAX_TOP_LOGPROBS, StopField};
+use super::request::{StopField, response_format};
+use crate::chat::MAX_N;
+use crate::generation::MAX_TOP_LOGPROBS;
 use crate::generation::SamplingParams;
 use crate::http::body::read_json;
 use crate::http::{ApiError, AppState};
@@ -124,7 +125,7 @@ pub async fn completions(
         stop: StopField::list(body.stop),
         top_logprobs: body.logprobs,
         constraint: crate::grammar::for_response_format(
-            &ResponseFormat::parse(body.response_format.as_ref())
+            &response_format(body.response_format.as_ref())
                 .map_err(|e| ApiError::bad_request(e.to_string()))?,
         )
         .map_err(|e| ApiError::bad_request(e.to_string()))?,

@@ -1,10 +1,11 @@
 //! OpenAI's wire formats: chat completions ([`chat`], streamed in [`chat_stream`]) and text
-//! completions ([`completions`]). What they share lives here: the reply envelope and
+//! completions ([`completions`]), the chat body read in [`request`]. What they share lives here: the reply envelope and
 //! per-token logprobs.
 
-pub mod chat;
+pub(crate) mod chat;
 mod chat_stream;
-pub mod completions;
+pub(crate) mod completions;
+pub mod request;
 
 use crate::generation::Generation;
 use crate::tokenizer::Tokenizer;
@@ -15,7 +16,7 @@ use serde::ser::{SerializeMap, Serializer};
 /// Sampled ids with their logprobs (and alternatives), of a whole sample or of a streamed
 /// piece of one.
 #[derive(Debug, Clone, Copy)]
-pub struct SampledView<'a> {
+pub(crate) struct SampledView<'a> {
     pub token_ids: &'a [u32],
     pub logprobs: &'a [f32],
     pub top_logprobs: Option<&'a [Vec<(u32, f32)>]>,
@@ -45,13 +46,13 @@ impl<'a> From<&'a SampledTokens> for SampledView<'a> {
 /// straight from the ids: a reply carries one entry per token, which as JSON values cost a map
 /// and a number per byte of each token.
 #[derive(Debug)]
-pub struct ChatLogprobs<'a> {
+pub(crate) struct ChatLogprobs<'a> {
     tokenizer: &'a Tokenizer,
     sampled: SampledView<'a>,
 }
 
 /// The `logprobs` of a chat choice (or of a streamed chunk).
-pub fn chat_logprobs<'a>(
+pub(crate) fn chat_logprobs<'a>(
     tokenizer: &'a Tokenizer,
     sampled: impl Into<SampledView<'a>>,
 ) -> ChatLogprobs<'a> {
@@ -140,7 +141,7 @@ where
 
 /// The reply around `choices`: id, object, created, model and usage.
 #[derive(Debug, Serialize)]
-pub struct Envelope<'a, C> {
+pub(crate) struct Envelope<'a, C> {
     id: String,
     object: &'a str,
     created: u64,
@@ -151,14 +152,14 @@ pub struct Envelope<'a, C> {
 
 /// Token counts of a reply.
 #[derive(Debug, Serialize)]
-pub struct Usage {
+pub(crate) struct Usage {
     prompt_tokens: usize,
     completion_tokens: usize,
     total_tokens: usize,
 }
 
 /// The reply around `choices`, with a fresh id `{id_prefix}-…`.
-pub fn envelope<'a, C>(
+pub(crate) fn envelope<'a, C>(
     object: &'a str,
     id_prefix: &str,
     model: &'a str,
@@ -187,7 +188,7 @@ impl From<&turn::Usage> for Usage {
 
 /// A returned tool call, OpenAI-shaped.
 #[derive(Debug, Serialize)]
-pub struct ToolCallOut<'a> {
+pub(crate) struct ToolCallOut<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -195,7 +196,7 @@ pub struct ToolCallOut<'a> {
 }
 
 #[derive(Debug, Serialize)]
-pub struct FunctionOut<'a> {
+pub(crate) struct FunctionOut<'a> {
     name: &'a str,
     arguments: &'a str,
 }

@@ -155,7 +155,7 @@ pub async fn create(
         store: body.store != Some(false),
         conversation,
     };
-    if request.stream {
+    if body.stream {
         let turn = state.pipeline.stream(session, request).await?;
         return Ok(stream::respond(shell, turn, finished));
     }

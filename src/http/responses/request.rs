@@ -6,7 +6,9 @@
 //! `function_call_output` becomes the template's tool message. Built-in tools (`web_search`,
 //! ...) are left out of the prompt and named in the node's turn.
 
-use crate::chat::{ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice};
+use crate::chat::{
+    CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
+};
 use crate::generation::SamplingParams;
 use crate::http::error::BadRequest;
 use crate::session::Api;
@@ -14,8 +16,8 @@ use crate::tools::{DeclaredTools, ToolDialect};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]
@@ -144,51 +146,68 @@ impl ResponsesBody {
         for (i, item) in items.iter().enumerate() {
             conversation.read(i, item)?;
         }
-        let mut messages = conversation.finish();
+        let messages = conversation.finish();
         if messages.is_empty() {
             return Err(invalid("input: no message to answer"));
         }
-        let params = SamplingParams {
-            max_tokens: self.max_output_tokens.or(default_max_tokens),
-            temperature: self.temperature,
-            top_p: self.top_p,
-            ..SamplingParams::default()
+        let (tools, tools_left_out) = match &self.tools {
+            Some(raw) => (
+                DeclaredTools::from_raw_in(raw, ToolDialect::Responses)
+                    .map_err(|e| invalid(format!("tools: {e}")))?,
+                left_out(self.declared()),
+            ),
+            None => (None, Vec::new()),
         };
-        let mut request = ChatRequest::conversation(std::mem::take(&mut messages), params);
-        request.api = Api::Responses;
-        request.stream = self.stream;
-        request.response_format = response_format;
-        if let Some(raw) = &self.tools {
-            request.tools = DeclaredTools::from_raw_in(raw, ToolDialect::Responses)
-                .map_err(|e| invalid(format!("tools: {e}")))?;
-            request.tools_left_out = left_out(self.declared());
-        }
-        if let Some(choice) = &self.tool_choice {
-            request.tool_choice = tool_choice(choice)?;
-        }
-        request.parallel_tool_calls = self.parallel_tool_calls.unwrap_or(true);
+        let mut template_kwargs = Map::new();
         let effort = self.reasoning.as_ref().and_then(|r| r.get("effort"));
         if let Some(effort) = effort.and_then(Value::as_str) {
             let thinking = !matches!(effort, "none" | "minimal");
-            request
-                .template_kwargs
-                .insert("enable_thinking".into(), thinking.into());
+            template_kwargs.insert("enable_thinking".into(), thinking.into());
         }
+        let request = ChatRequest {
+            api: Api::Responses,
+            messages,
+            tools,
+            tools_left_out,
+            tool_choice: match &self.tool_choice {
+                Some(choice) => tool_choice(choice)?,
+                None => ToolChoice::Auto,
+            },
+            calls: CallRules {
+                parallel: self.parallel_tool_calls.unwrap_or(true),
+                ..CallRules::default()
+            },
+            response_format,
+            template_kwargs,
+            add_generation_prompt: true,
+            params: SamplingParams {
+                max_tokens: self.max_output_tokens.or(default_max_tokens),
+                temperature: self.temperature,
+                top_p: self.top_p,
+                ..SamplingParams::default()
+            },
+            n: 1,
+            key: None,
+        };
         request.check().map_err(|e| invalid(e.to_string()))?;
         Ok(request)
     }
 }
 
-/// `text.format`: Responses writes a schema beside its type, where chat nests it under
-/// `json_schema`.
+/// `text.format`: Responses writes a schema beside its type (`{"type": "json_schema",
+/// "name", "schema"}`), where chat nests it under `json_schema`.
 fn response_format(format: &Value) -> Result<ResponseFormat, BadRequest> {
-    let as_chat = match format.get("type").and_then(Value::as_str) {
-        Some("json_schema") => {
-            serde_json::json!({"type": "json_schema", "json_schema": {"schema": format.get("schema")}})
-        }
-        _ => format.clone(),
-    };
-    ResponseFormat::parse(Some(&as_chat)).map_err(|e| invalid(format!("text.format: {e}")))
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(ResponseFormat::Text),
+        Some("json_object") => Ok(ResponseFormat::JsonObject),
+        Some("json_schema") => match format.get("schema") {
+            Some(schema) if schema.is_object() => Ok(ResponseFormat::JsonSchema(schema.clone())),
+            _ => Err(invalid("text.format.schema: must be a JSON schema object")),
+        },
+        _ => Err(invalid(
+            "text.format.type: must be 'text', 'json_object' or 'json_schema'",
+        )),
+    }
 }
 
 /// A declared tool's kind and name, read without its schema.

@@ -1,0 +1,204 @@
+//! The body of `POST /{uuid}/v1/chat/completions` (and its `/render`) as OpenAI documents it,
+//! validated into the turn it asks for and the options of the reply it wants.
+
+use crate::chat::wire::WireMessage;
+use crate::chat::{CallRules, ChatMessage, ChatRequest, RequestError, ResponseFormat, ToolChoice};
+use crate::generation::{MAX_TOP_LOGPROBS, SamplingParams};
+use crate::session::Api;
+use crate::tools::DeclaredTools;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// `stop` as a string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum StopField {
+    /// A single stop string.
+    One(String),
+    /// Several stop strings.
+    Many(Vec<String>),
+}
+
+impl StopField {
+    /// The stop strings of an optional `stop` field.
+    pub fn list(field: Option<Self>) -> Vec<String> {
+        match field {
+            None => Vec::new(),
+            Some(Self::One(s)) => vec![s],
+            Some(Self::Many(list)) => list,
+        }
+    }
+}
+
+/// The JSON body as sent, fields as OpenAI documents them (and vLLM's extras); unknown fields
+/// (`model` among them: the session serves its model) are ignored like OpenAI-compatible
+/// servers do.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatCompletionBody {
+    messages: Vec<WireMessage>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    seed: Option<i64>,
+    n: Option<u32>,
+    stop: Option<StopField>,
+    /// Kept as text: [`DeclaredTools::from_raw`] reads each distinct list once.
+    tools: Option<Box<RawValue>>,
+    tool_choice: Option<Value>,
+    chat_template_kwargs: Option<Map<String, Value>>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<u32>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    add_generation_prompt: Option<bool>,
+    parallel_tool_calls: Option<bool>,
+    auto_heal_tool_calls: Option<bool>,
+    nudge_tool_calls: Option<bool>,
+    return_token_ids: Option<bool>,
+    response_format: Option<Value>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// How the client wants its reply written; the turn itself never sees these.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplyOptions {
+    /// Each sampled token's logprob (`logprobs`).
+    pub logprobs: bool,
+    /// Server-sent events, token by token (`stream`).
+    pub stream: bool,
+    /// With `stream`: a last chunk with the usage (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// The prompt's ids as `prompt_token_ids` (`return_token_ids`, vLLM's extra).
+    pub return_token_ids: bool,
+}
+
+/// A chat body, validated: the turn it asks for and how to write its reply.
+#[derive(Debug, Clone)]
+pub struct ChatCall {
+    /// The turn.
+    pub turn: ChatRequest,
+    /// How its reply is written.
+    pub reply: ReplyOptions,
+}
+
+impl ChatCompletionBody {
+    /// Validates the body. `default_max_tokens` applies when the client sets no limit.
+    pub fn validate(self, default_max_tokens: Option<u32>) -> Result<ChatCall, RequestError> {
+        if self.messages.is_empty() {
+            return Err(RequestError::EmptyMessages);
+        }
+        let messages = self
+            .messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage::parse(i, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tools = match &self.tools {
+            Some(raw) => DeclaredTools::from_raw(raw)?,
+            None => None,
+        };
+        let logprobs = self.logprobs.unwrap_or(false);
+        if self.top_logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(RequestError::Invalid(format!(
+                "'top_logprobs' must be at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
+        let turn = ChatRequest {
+            api: Api::ChatCompletions,
+            messages,
+            tools,
+            tools_left_out: Vec::new(),
+            tool_choice: tool_choice(self.tool_choice.as_ref())?,
+            calls: CallRules {
+                parallel: self.parallel_tool_calls.unwrap_or(true),
+                heal: self.auto_heal_tool_calls.unwrap_or(true),
+                // Opting out of healing turns the nudge off too.
+                nudge: self.nudge_tool_calls.unwrap_or(false)
+                    && self.auto_heal_tool_calls != Some(false),
+            },
+            response_format: response_format(self.response_format.as_ref())?,
+            template_kwargs: self.chat_template_kwargs.unwrap_or_default(),
+            add_generation_prompt: self.add_generation_prompt.unwrap_or(true),
+            params: SamplingParams {
+                max_tokens: self
+                    .max_completion_tokens
+                    .or(self.max_tokens)
+                    .or(default_max_tokens),
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                min_p: self.min_p,
+                seed: self.seed,
+                stop: StopField::list(self.stop),
+                top_logprobs: logprobs.then(|| self.top_logprobs.unwrap_or(0)),
+                // Set per turn: a forced call's grammar depends on the session's format.
+                constraint: None,
+            },
+            n: self.n.unwrap_or(1),
+            key: None,
+        };
+        turn.check()?;
+        let reply = ReplyOptions {
+            logprobs,
+            stream: self.stream.unwrap_or(false),
+            include_usage: self.stream_options.unwrap_or_default().include_usage,
+            return_token_ids: self.return_token_ids.unwrap_or(false),
+        };
+        Ok(ChatCall { turn, reply })
+    }
+}
+
+/// Reads OpenAI's `response_format` (`{"type": "json_schema", "json_schema": {"schema"}}`),
+/// which text completions take too.
+pub fn response_format(value: Option<&Value>) -> Result<ResponseFormat, RequestError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(ResponseFormat::Text);
+    };
+    match value.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(ResponseFormat::Text),
+        Some("json_object") => Ok(ResponseFormat::JsonObject),
+        Some("json_schema") => match value.pointer("/json_schema/schema") {
+            Some(schema) if schema.is_object() => Ok(ResponseFormat::JsonSchema(schema.clone())),
+            _ => Err(RequestError::Invalid(
+                "'response_format.json_schema.schema' must be a JSON schema object".into(),
+            )),
+        },
+        _ => Err(RequestError::Invalid(
+            "'response_format.type' must be 'text', 'json_object' or 'json_schema'".into(),
+        )),
+    }
+}
+
+fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
+    Ok(match choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(RequestError::Invalid(format!(
+                    "'tool_choice' must be none, auto, required or a function, not '{other}'"
+                )));
+            }
+        },
+        Some(object) => match object.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Function(name.to_string()),
+            None => {
+                return Err(RequestError::Invalid(
+                    "'tool_choice' object must name a function".into(),
+                ));
+            }
+        },
+    })
+}
