@@ -6,19 +6,167 @@
 //! `response.output_item.done`; last `response.completed` (or `response.incomplete`). A
 //! failure after the stream began is an `error` event.
 
-use super::reply::{Shell, item_id, message_item, output_text, status};
+use super::reply::{ResponseObject, Shell, item_id, message_item, output_text, status};
 use super::{Finished, keep};
 use crate::http::{ApiError, sse};
 use crate::turn::{Delta, Finish, TurnEvent, TurnStream};
 use actix_web::HttpResponse;
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Value, json};
+
+/// One Responses stream event; its `type` is also the event's name.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum Event<'a> {
+    #[serde(rename = "response.created")]
+    Created { response: &'a ResponseObject<'a> },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: &'a ResponseObject<'a> },
+    #[serde(rename = "response.completed")]
+    Completed { response: &'a ResponseObject<'a> },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: &'a ResponseObject<'a> },
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded {
+        output_index: usize,
+        item: &'a Value,
+    },
+    #[serde(rename = "response.output_item.done")]
+    ItemDone {
+        output_index: usize,
+        item: &'a Value,
+    },
+    #[serde(rename = "response.content_part.added")]
+    PartAdded {
+        #[serde(flatten)]
+        at: At<'a>,
+        part: &'a Value,
+    },
+    #[serde(rename = "response.content_part.done")]
+    PartDone {
+        #[serde(flatten)]
+        at: At<'a>,
+        part: &'a Value,
+    },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningDelta {
+        #[serde(flatten)]
+        at: At<'a>,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningDone {
+        #[serde(flatten)]
+        at: At<'a>,
+        text: &'a str,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        #[serde(flatten)]
+        at: At<'a>,
+        delta: &'a str,
+        logprobs: [(); 0],
+    },
+    #[serde(rename = "response.output_text.done")]
+    TextDone {
+        #[serde(flatten)]
+        at: At<'a>,
+        text: &'a str,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    ArgumentsDelta {
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    ArgumentsDone {
+        item_id: &'a str,
+        output_index: usize,
+        name: &'a Value,
+        arguments: &'a str,
+    },
+    #[serde(rename = "error")]
+    Error {
+        code: &'a str,
+        message: &'a str,
+        param: Option<()>,
+    },
+}
+
+impl Event<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Event::Created { .. } => "response.created",
+            Event::InProgress { .. } => "response.in_progress",
+            Event::Completed { .. } => "response.completed",
+            Event::Incomplete { .. } => "response.incomplete",
+            Event::ItemAdded { .. } => "response.output_item.added",
+            Event::ItemDone { .. } => "response.output_item.done",
+            Event::PartAdded { .. } => "response.content_part.added",
+            Event::PartDone { .. } => "response.content_part.done",
+            Event::ReasoningDelta { .. } => "response.reasoning_text.delta",
+            Event::ReasoningDone { .. } => "response.reasoning_text.done",
+            Event::TextDelta { .. } => "response.output_text.delta",
+            Event::TextDone { .. } => "response.output_text.done",
+            Event::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
+            Event::ArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::Error { .. } => "error",
+        }
+    }
+}
+
+/// Where a content event belongs: the item, its place in the output, the part (always the
+/// first: an item holds one).
+#[derive(Serialize, Clone, Copy)]
+struct At<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: usize,
+}
+
+impl<'a> At<'a> {
+    fn part(item_id: &'a str, output_index: usize) -> Self {
+        Self {
+            item_id,
+            output_index,
+            content_index: 0,
+        }
+    }
+}
+
+/// The events written so far, which number the next.
+struct Sequence(u64);
+
+impl Sequence {
+    /// Appends `event` with the next sequence number.
+    fn write(&mut self, out: &mut Vec<u8>, event: Event<'_>) {
+        let numbered = Numbered {
+            event: &event,
+            sequence_number: self.0,
+        };
+        self.0 += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.name().as_bytes());
+        out.push(b'\n');
+        sse::data(out, &numbered);
+    }
+}
+
+/// An event as written: the event and its place in the stream.
+#[derive(Serialize)]
+struct Numbered<'e> {
+    #[serde(flatten)]
+    event: &'e Event<'e>,
+    sequence_number: u64,
+}
 
 /// The event stream of `turn`; `finished` keeps the response once it is complete.
 pub fn respond(shell: Shell, turn: TurnStream, finished: Finished) -> HttpResponse {
     let mut writer = EventWriter {
         shell,
-        sequence: 0,
+        events: Sequence(0),
         output: Vec::new(),
         open: None,
         pending: String::new(),
@@ -26,16 +174,18 @@ pub fn respond(shell: Shell, turn: TurnStream, finished: Finished) -> HttpRespon
         finished: Some(finished),
     };
     let mut first = Vec::new();
-    let response = json!(writer.shell.response("in_progress", &[], None, None));
-    writer.event(
+    let response = writer.shell.response("in_progress", &[], None, None);
+    writer.events.write(
         &mut first,
-        "response.created",
-        json!({"response": response}),
+        Event::Created {
+            response: &response,
+        },
     );
-    writer.event(
+    writer.events.write(
         &mut first,
-        "response.in_progress",
-        json!({"response": response}),
+        Event::InProgress {
+            response: &response,
+        },
     );
     sse::respond(Bytes::from(first), turn, move |event| writer.write(event))
 }
@@ -55,7 +205,7 @@ enum Kind {
 
 struct EventWriter {
     shell: Shell,
-    sequence: u64,
+    events: Sequence,
     /// The finished output items.
     output: Vec<Value>,
     open: Option<OpenItem>,
@@ -66,17 +216,6 @@ struct EventWriter {
 }
 
 impl EventWriter {
-    /// Appends event `name` with `fields` and the next sequence number.
-    fn event(&mut self, out: &mut Vec<u8>, name: &str, mut fields: Value) {
-        fields["type"] = name.into();
-        fields["sequence_number"] = self.sequence.into();
-        self.sequence += 1;
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'\n');
-        sse::data(out, &fields);
-    }
-
     fn write(&mut self, event: TurnEvent) -> Bytes {
         let mut out = Vec::new();
         match event {
@@ -97,16 +236,25 @@ impl EventWriter {
                 if let Some(finished) = self.finished.take() {
                     keep(finished, &self.output, &response);
                 }
-                let name = match finish {
-                    Finish::Length => "response.incomplete",
-                    _ => "response.completed",
+                let response = &response;
+                let event = match finish {
+                    Finish::Length => Event::Incomplete { response },
+                    _ => Event::Completed { response },
                 };
-                self.event(&mut out, name, json!({"response": response}));
+                self.events.write(&mut out, event);
             }
             TurnEvent::Failed(error) => {
                 let error = ApiError::from(error);
-                let fields = json!({"code": error.kind, "message": error.message, "param": null});
-                self.event(&mut out, "error", fields);
+                let (code, message) = (error.kind, error.message.as_str());
+                let param = None;
+                self.events.write(
+                    &mut out,
+                    Event::Error {
+                        code,
+                        message,
+                        param,
+                    },
+                );
             }
         }
         Bytes::from(out)
@@ -118,9 +266,9 @@ impl EventWriter {
                 Delta::Reasoning(text) => {
                     let (id, index) = self.open_item(out, Kind::Reasoning);
                     self.append(&text);
-                    let fields = json!({"item_id": id, "output_index": index,
-                        "content_index": 0, "delta": text});
-                    self.event(out, "response.reasoning_text.delta", fields);
+                    let at = At::part(&id, index);
+                    self.events
+                        .write(out, Event::ReasoningDelta { at, delta: &text });
                 }
                 Delta::Text(text) => {
                     let open_message = self.open.as_ref().map(|o| o.kind) == Some(Kind::Message);
@@ -131,28 +279,50 @@ impl EventWriter {
                     let (id, index) = self.open_item(out, Kind::Message);
                     let text = std::mem::take(&mut self.pending) + &text;
                     self.append(&text);
-                    let fields = json!({"item_id": id, "output_index": index,
-                        "content_index": 0, "delta": text, "logprobs": []});
-                    self.event(out, "response.output_text.delta", fields);
+                    let at = At::part(&id, index);
+                    let (delta, logprobs) = (text.as_str(), []);
+                    self.events.write(
+                        out,
+                        Event::TextDelta {
+                            at,
+                            delta,
+                            logprobs,
+                        },
+                    );
                 }
                 Delta::Call { call, .. } => {
                     self.close(out);
                     let id = item_id("fc");
                     let index = self.output.len();
                     let added = self.shell.call_item(&id, &call, "", "in_progress");
-                    let fields = json!({"output_index": index, "item": added});
-                    self.event(out, "response.output_item.added", fields);
-                    let fields = json!({"item_id": id, "output_index": index,
-                        "delta": call.arguments});
-                    self.event(out, "response.function_call_arguments.delta", fields);
+                    let (item_id, output_index) = (id.as_str(), index);
+                    let item = &added;
+                    self.events
+                        .write(out, Event::ItemAdded { output_index, item });
+                    let delta = call.arguments.as_str();
+                    let event = Event::ArgumentsDelta {
+                        item_id,
+                        output_index,
+                        delta,
+                    };
+                    self.events.write(out, event);
                     let item = self
                         .shell
                         .call_item(&id, &call, &call.arguments, "completed");
-                    let fields = json!({"item_id": id, "output_index": index,
-                        "name": item["name"], "arguments": call.arguments});
-                    self.event(out, "response.function_call_arguments.done", fields);
-                    let fields = json!({"output_index": index, "item": item});
-                    self.event(out, "response.output_item.done", fields);
+                    let event = Event::ArgumentsDone {
+                        item_id,
+                        output_index,
+                        name: &item["name"],
+                        arguments: &call.arguments,
+                    };
+                    self.events.write(out, event);
+                    self.events.write(
+                        out,
+                        Event::ItemDone {
+                            output_index,
+                            item: &item,
+                        },
+                    );
                     self.output.push(item);
                 }
             }
@@ -181,14 +351,11 @@ impl EventWriter {
                 (id, item, output_text(""))
             }
         };
-        self.event(
-            out,
-            "response.output_item.added",
-            json!({"output_index": index, "item": item}),
-        );
-        let fields =
-            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part});
-        self.event(out, "response.content_part.added", fields);
+        let (output_index, item) = (index, &item);
+        self.events
+            .write(out, Event::ItemAdded { output_index, item });
+        let at = At::part(&id, index);
+        self.events.write(out, Event::PartAdded { at, part: &part });
         self.open = Some(OpenItem {
             kind,
             id: id.clone(),
@@ -208,29 +375,79 @@ impl EventWriter {
         self.pending.clear();
         let Some(open) = self.open.take() else { return };
         let index = self.output.len();
+        let (at, text) = (At::part(&open.id, index), open.text.as_str());
         let (done, part, item) = match open.kind {
             Kind::Reasoning => (
-                "response.reasoning_text.done",
-                json!({"type": "reasoning_text", "text": open.text}),
-                self.shell.reasoning_item(&open.id, &open.text),
+                Event::ReasoningDone { at, text },
+                json!({"type": "reasoning_text", "text": text}),
+                self.shell.reasoning_item(&open.id, text),
             ),
             Kind::Message => (
-                "response.output_text.done",
-                output_text(&open.text),
-                message_item(&open.id, &open.text, "completed"),
+                Event::TextDone { at, text },
+                output_text(text),
+                message_item(&open.id, text, "completed"),
             ),
         };
-        let fields = json!({"item_id": open.id, "output_index": index, "content_index": 0,
-            "text": open.text});
-        self.event(out, done, fields);
-        let fields = json!({"item_id": open.id, "output_index": index, "content_index": 0,
-            "part": part});
-        self.event(out, "response.content_part.done", fields);
-        self.event(
+        self.events.write(out, done);
+        self.events.write(out, Event::PartDone { at, part: &part });
+        let (output_index, item_ref) = (index, &item);
+        self.events.write(
             out,
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
+            Event::ItemDone {
+                output_index,
+                item: item_ref,
+            },
         );
         self.output.push(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(event: Event<'_>, sequence: u64) -> String {
+        let mut out = Vec::new();
+        Sequence(sequence).write(&mut out, event);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn events_are_named_and_flat_as_responses_writes_them() {
+        let at = At::part("msg_1", 2);
+        let text_delta = Event::TextDelta {
+            at,
+            delta: "hi",
+            logprobs: [],
+        };
+        assert_eq!(
+            written(text_delta, 7),
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\
+             \"item_id\":\"msg_1\",\"output_index\":2,\"content_index\":0,\"delta\":\"hi\",\
+             \"logprobs\":[],\"sequence_number\":7}\n\n"
+        );
+        let name = json!("get_weather");
+        let done = Event::ArgumentsDone {
+            item_id: "fc_1",
+            output_index: 0,
+            name: &name,
+            arguments: "{}",
+        };
+        assert_eq!(
+            written(done, 0),
+            "event: response.function_call_arguments.done\ndata: {\"type\":\
+             \"response.function_call_arguments.done\",\"item_id\":\"fc_1\",\"output_index\":0,\
+             \"name\":\"get_weather\",\"arguments\":\"{}\",\"sequence_number\":0}\n\n"
+        );
+        let error = Event::Error {
+            code: "server_error",
+            message: "gone",
+            param: None,
+        };
+        assert_eq!(
+            written(error, 1),
+            "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\
+             \"message\":\"gone\",\"param\":null,\"sequence_number\":1}\n\n"
+        );
     }
 }
