@@ -19,14 +19,24 @@
 //! The trainer reads the nodes back (`GET /{uuid}/nodes`): `tokens`, `masked_tokens` (-100
 //! where the model did not sample) and `logprobs`. A later turn that resends the conversation
 //! is matched to the ids already sampled, so one rollout stays one node. Beyond the nodes,
-//! [`export`] writes them out in bulk (JSON lines, NumPy, Harbor's ATIF), [`journal`] keeps
-//! them through restarts, [`metrics`] counts what turns did, [`telemetry`] sends each turn as an OpenTelemetry span, and [`viewer`] shows them token
+//! `export` writes them out in bulk (JSON lines, NumPy, Harbor's ATIF), [`journal`] keeps
+//! them through restarts, [`metrics`] counts what turns did, [`telemetry`] sends each turn as an OpenTelemetry span, and `viewer` shows them token
 //! by token in a browser (`GET /ui`).
 //!
 //! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
 //! [`tokenizer`], [`generation`] (what a backend is asked and answers), [`backend`],
 //! [`engine`], [`reasoning`], [`tools`], [`session`]; start-up in [`config`]; support in
 //! [`json_numbers`] and [`memory`].
+//!
+//! # Public surface
+//!
+//! What a program built on the crate uses: [`serve`] with its [`Settings`] (the binary is
+//! one such program), the [`Pipeline`] and [`TurnContext`] a turn runs in with the turn's
+//! request and reply types ([`chat::ChatRequest`], [`turn`]), the [`tokenizer`] and
+//! [`template`] (`check-template`, [`checker`]), the backends' clients and the in-process
+//! engine, the tool-call parsers ([`tools`]), the session store and journal. Inside each
+//! module, what only the server itself needs is `pub(crate)`: the HTTP adapters of each API
+//! (their wire types), the export writers, the viewer, the session's internal records.
 
 #![warn(missing_docs)]
 
@@ -35,7 +45,7 @@ pub mod chat;
 pub mod checker;
 pub mod config;
 pub mod engine;
-pub mod export;
+pub(crate) mod export;
 pub mod generation;
 pub mod grammar;
 pub mod http;
@@ -50,7 +60,7 @@ pub mod template;
 pub mod tokenizer;
 pub mod tools;
 pub mod turn;
-pub mod viewer;
+pub(crate) mod viewer;
 
 pub use config::Settings;
 pub use http::{AppState, serve};

@@ -12,7 +12,7 @@ mod experts;
 mod http;
 mod llamacpp;
 mod openai;
-pub mod pool;
+pub(crate) mod pool;
 mod sglang;
 mod vllm;
 

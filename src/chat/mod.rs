@@ -1,9 +1,9 @@
 //! The conversation a turn is asked for, in no API's vocabulary: messages (normalised from the
 //! OpenAI-shaped messages every adapter writes them as), tools, tool choice, sampling.
 
-pub mod messages;
-pub mod request;
-pub mod wire;
+pub(crate) mod messages;
+pub(crate) mod request;
+pub(crate) mod wire;
 
 pub use messages::{ChatMessage, Role, ToolCall};
 pub use request::{CallRules, ChatRequest, MAX_N, RequestError, ResponseFormat, ToolChoice};

@@ -14,7 +14,7 @@
 mod reference;
 mod rewrite;
 mod scripted;
-pub mod shapes;
+pub(crate) mod shapes;
 mod simulate;
 mod table;
 

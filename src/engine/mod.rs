@@ -3,7 +3,7 @@
 //! token by token). One engine thread owns the llama.cpp context ([`scheduler`]); requests
 //! reach it through a channel, so inference never runs on the async runtime's threads.
 
-pub mod default_model;
+pub(crate) mod default_model;
 pub mod model;
 mod sampling;
 mod scheduler;

@@ -7,10 +7,10 @@
 //! step (the HTTP route holds each session's lock from reading it to removing it, so a turn
 //! is either in the export or refused, never lost between two exports).
 
-pub mod atif;
-pub mod jsonl;
-pub mod messages;
-pub mod npz;
+pub(crate) mod atif;
+pub(crate) mod jsonl;
+pub(crate) mod messages;
+pub(crate) mod npz;
 
 use crate::session::{Node, Reward, Session, SessionStore};
 use std::sync::Arc;

@@ -9,13 +9,13 @@
 
 mod admin;
 mod anthropic;
-pub mod auth;
+pub(crate) mod auth;
 mod body;
 mod control;
 pub mod drain;
-pub mod error;
+pub(crate) mod error;
 mod export;
-pub mod guard;
+pub(crate) mod guard;
 mod idempotency;
 pub mod openai;
 mod responses;

@@ -6,7 +6,7 @@
 //! gpt-oss's Harmony channels ([`harmony`]), always split, since channel markup is never text
 //! for the user.
 
-pub mod harmony;
+pub(crate) mod harmony;
 mod think;
 
 pub use think::{closed_by, opened_by};

@@ -4,13 +4,13 @@
 //! concurrent calls never interleave their node updates; a turn that fails changes nothing
 //! because state is only written after the backend answered.
 
-pub mod completion;
-pub mod divergences;
+pub(crate) mod completion;
+pub(crate) mod divergences;
 mod ids;
-pub mod node;
-pub mod record;
-pub mod replies;
-pub mod responses;
+pub(crate) mod node;
+pub(crate) mod record;
+pub(crate) mod replies;
+pub(crate) mod responses;
 mod reward;
 
 pub use completion::{CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall};

@@ -6,7 +6,7 @@
 
 mod environment;
 pub mod pyjson;
-pub mod source;
+pub(crate) mod source;
 mod tools;
 
 use minijinja::Environment;

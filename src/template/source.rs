@@ -34,11 +34,6 @@ impl TemplateSpec {
     }
 }
 
-/// Names of the bundled templates.
-pub fn bundled_names() -> impl Iterator<Item = &'static str> {
-    BUNDLED.iter().map(|(name, _)| *name)
-}
-
 /// Builds the chat template: `spec` if given, else the model folder's own template. Special
 /// tokens (`bos_token`, `eos_token`, ...) always come from the model folder when there is one.
 pub fn load_template(

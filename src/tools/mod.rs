@@ -7,7 +7,7 @@ mod auto;
 mod declared;
 mod deepseek;
 pub mod detect;
-pub mod echo;
+pub(crate) mod echo;
 mod foreign;
 mod gemma4;
 mod harmony;

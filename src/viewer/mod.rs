@@ -5,7 +5,7 @@
 //! wrote (and whether healing was needed to read them), and where the session's rollouts
 //! diverged.
 
-pub mod assets;
+pub(crate) mod assets;
 
 use crate::export::messages::{self, MessageSpan};
 use crate::session::divergences::DivergenceReport;
