@@ -8,6 +8,8 @@
 use super::wire::WireMessage;
 use crate::template::{TemplateValue, json_value, template_map};
 use serde_json::{Map, Value};
+use std::hash::Hasher;
+use std::sync::OnceLock;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,36 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// Every other field, passed to the template untouched (`name`, `tool_call_id`, ...).
     pub extra: Map<String, Value>,
+    derived: Derived,
+}
+
+/// What turns derive from a message, each computed once: a message is not changed once a
+/// turn reads it, and a session's next request shares the messages it sends again
+/// ([`super::resent`]), so a long conversation's old messages are not read again.
+#[derive(Default)]
+struct Derived {
+    digest: OnceLock<u64>,
+    fingerprint: OnceLock<u64>,
+    template: OnceLock<TemplateValue>,
+}
+
+impl Clone for Derived {
+    /// Nothing: a clone may be changed.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Derived {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
+    }
 }
 
 /// A message the client sent that cannot be used.
@@ -89,6 +121,7 @@ impl ChatMessage {
             content: Some(content),
             tool_calls: Vec::new(),
             extra: Map::new(),
+            derived: Derived::default(),
         }
     }
 
@@ -148,14 +181,53 @@ impl ChatMessage {
             content,
             tool_calls,
             extra,
+            derived: Derived::default(),
+        })
+    }
+
+    /// A digest of every field: equal for equal messages. Conversations are digested message
+    /// by message from these ([`crate::turn`]'s tail renders compare them).
+    pub fn digest(&self) -> u64 {
+        *self.derived.digest.get_or_init(|| {
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            let mut field = |bytes: &[u8]| {
+                hasher.write_u64(bytes.len() as u64);
+                hasher.write(bytes);
+            };
+            field(self.role_str().as_bytes());
+            field(self.content.as_deref().unwrap_or("\u{0}none").as_bytes());
+            for call in &self.tool_calls {
+                field(call.id.as_bytes());
+                field(call.name.as_bytes());
+                field(call.arguments.to_string().as_bytes());
+            }
+            field(&serde_json::to_vec(&self.extra).unwrap_or_default());
+            hasher.finish()
+        })
+    }
+
+    /// The fingerprint a completion recorded from this message would have
+    /// ([`crate::session::message_fingerprint`]: its text without whitespace, its calls' ids).
+    pub fn fingerprint(&self) -> u64 {
+        *self.derived.fingerprint.get_or_init(|| {
+            let content = self.content.as_deref().unwrap_or("");
+            let ids = self.tool_calls.iter().map(|c| c.id.as_str());
+            crate::session::message_fingerprint(content, ids)
         })
     }
 
     /// The message as transformers passes it to a template: null fields dropped, content a
     /// string (empty for `null`), tool-call arguments parsed to mappings, and a reasoning field
     /// mirrored to both `reasoning_content` and `thinking`. Built straight into the template
-    /// engine's values, so the content is copied once.
+    /// engine's values, so the content is copied once, and kept.
     pub fn to_template_value(&self) -> TemplateValue {
+        self.derived
+            .template
+            .get_or_init(|| self.template_value())
+            .clone()
+    }
+
+    fn template_value(&self) -> TemplateValue {
         let mut fields: Vec<(&str, TemplateValue)> = Vec::with_capacity(3 + self.extra.len());
         fields.push(("role", TemplateValue::from(self.role_str())));
         fields.push((

@@ -3,7 +3,9 @@
 
 pub(crate) mod messages;
 pub(crate) mod request;
+pub(crate) mod resent;
 pub(crate) mod wire;
 
 pub use messages::{ChatMessage, Role, ToolCall};
 pub use request::{CallRules, ChatRequest, MAX_N, RequestError, ResponseFormat, ToolChoice};
+pub use resent::SentConversation;

@@ -68,7 +68,7 @@ pub struct ChatRequest {
     /// The API it came in by: the node's turn records it, and calls are named by its rule.
     pub api: Api,
     /// The conversation so far.
-    pub messages: Vec<ChatMessage>,
+    pub messages: Vec<Arc<ChatMessage>>,
     /// The tools declared, if any.
     pub tools: Option<Arc<DeclaredTools>>,
     /// Declared tools left out of the prompt (recorded in the node's turn).

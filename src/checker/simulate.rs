@@ -208,7 +208,7 @@ fn chat_request(messages: &[Value], shape: &Shape) -> Result<ChatRequest, String
     let messages = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| ChatMessage::parse(i, m.clone()))
+        .map(|(i, m)| ChatMessage::parse(i, m.clone()).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let tools = match &shape.tools {

@@ -13,7 +13,10 @@ pub(crate) mod replies;
 pub(crate) mod responses;
 mod reward;
 
-pub use completion::{CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall};
+pub use completion::{
+    CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall,
+    message_fingerprint,
+};
 pub use ids::Span;
 pub use node::{Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, TurnRecord};
 pub use record::{
@@ -21,6 +24,7 @@ pub use record::{
 };
 pub use reward::Reward;
 
+use crate::chat::SentConversation;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -119,9 +123,27 @@ pub struct Session {
     closed: AtomicBool,
     /// Bumped by `POST /{uuid}/abort`; a turn at the backend watches it.
     aborts: tokio::sync::watch::Sender<u64>,
+    /// The conversation of the last chat body read on the session: the next one, which
+    /// resends it, is read only from where it is new.
+    sent: std::sync::Mutex<Option<Arc<SentConversation>>>,
 }
 
 impl Session {
+    /// The conversation of the last chat body read on the session, if it was kept.
+    pub fn sent(&self) -> Option<Arc<SentConversation>> {
+        self.sent
+            .lock()
+            .map(|sent| sent.clone())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `conversation` as the last one read (or forgets the last one).
+    pub fn remember_sent(&self, conversation: Option<SentConversation>) {
+        if let Ok(mut sent) = self.sent.lock() {
+            *sent = conversation.map(Arc::new);
+        }
+    }
+
     fn new(options: SessionOptions) -> Self {
         let now = now_seconds();
         Self {
@@ -136,6 +158,7 @@ impl Session {
             replies: Default::default(),
             reward: std::sync::Mutex::new(None),
             closed: AtomicBool::new(false),
+            sent: std::sync::Mutex::new(None),
             aborts: tokio::sync::watch::Sender::new(0),
         }
     }

@@ -106,6 +106,8 @@ pub enum ToolsError {
 pub struct DeclaredTools {
     json: Arc<Value>,
     functions: Vec<Function>,
+    /// XXH3 of the list's JSON, computed when first asked.
+    digest: std::sync::OnceLock<u64>,
 }
 
 /// What promotion needs of one declared function.
@@ -148,6 +150,7 @@ impl DeclaredTools {
         Ok(Some(Self {
             json: Arc::new(Value::Array(list)),
             functions,
+            digest: std::sync::OnceLock::new(),
         }))
     }
 
@@ -163,6 +166,14 @@ impl DeclaredTools {
         dialect: ToolDialect,
     ) -> Result<Option<Arc<Self>>, ToolsError> {
         KNOWN.read(raw, dialect)
+    }
+
+    /// A digest of the list (XXH3 of its JSON), computed once: a conversation's digest
+    /// starts with it.
+    pub fn digest(&self) -> u64 {
+        *self.digest.get_or_init(|| {
+            xxhash_rust::xxh3::xxh3_64(&serde_json::to_vec(&*self.json).unwrap_or_default())
+        })
     }
 
     /// The list as JSON, shared: templates keep their conversions of it by identity.

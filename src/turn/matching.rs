@@ -12,6 +12,7 @@ use crate::session::{CompletionId, EchoChange, EchoKey, IssuedToolCall, SessionS
 use crate::tools::DeclaredTools;
 use crate::tools::echo::canonical;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// How `reply` will be recognised when a client sends it back: the calls it returned (each
 /// under its id, a hash of what it called, and its canonical form under the request's `tools`)
@@ -69,7 +70,7 @@ pub struct Matched {
 /// branches map to the right branch.
 pub fn match_completions(
     state: &SessionState,
-    messages: &[ChatMessage],
+    messages: &[Arc<ChatMessage>],
     tools: Option<&DeclaredTools>,
 ) -> Matched {
     let mut previous: Option<CompletionId> = None;
@@ -80,11 +81,7 @@ pub fn match_completions(
             if message.role != Role::Assistant {
                 return None;
             }
-            let content = message.content.as_deref().unwrap_or("");
-            let ids = message.tool_calls.iter().map(|c| c.id.as_str());
-            let candidates = state
-                .by_fingerprint
-                .get(&message_fingerprint(content, ids))?;
+            let candidates = state.by_fingerprint.get(&message.fingerprint())?;
             let echoes = |id: CompletionId| calls_match(state, id, message, tools);
             let chosen = candidates
                 .iter()

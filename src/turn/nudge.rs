@@ -5,6 +5,7 @@ use super::reply::Reply;
 use crate::chat::{ChatMessage, ChatRequest};
 use crate::tools::ToolParser;
 use serde_json::json;
+use std::sync::Arc;
 
 /// The first choice wrote tool-call markup, but nothing could be promoted from it.
 pub fn deserves_nudge(request: &ChatRequest, parser: &dyn ToolParser, reply: &Reply) -> bool {
@@ -38,11 +39,11 @@ pub fn nudge_request(request: &ChatRequest, reply: &Reply) -> ChatRequest {
          not prose. If no tool is needed, provide the final answer directly."
     )});
     let base = retry.messages.len();
-    retry
-        .messages
-        .push(ChatMessage::parse(base, assistant).expect("a valid assistant message"));
-    retry
-        .messages
-        .push(ChatMessage::parse(base + 1, user).expect("a valid user message"));
+    retry.messages.push(Arc::new(
+        ChatMessage::parse(base, assistant).expect("a valid assistant message"),
+    ));
+    retry.messages.push(Arc::new(
+        ChatMessage::parse(base + 1, user).expect("a valid user message"),
+    ));
     retry
 }

@@ -295,12 +295,10 @@ impl Planner<'_> {
             content.push('\n');
         }
         content.push_str(&parser.write_calls(&calls));
-        ChatMessage {
-            content: Some(content),
-            tool_calls: Vec::new(),
-            ..message.clone()
-        }
-        .to_template_value()
+        let mut written = message.clone();
+        written.content = Some(content);
+        written.tool_calls = Vec::new();
+        written.to_template_value()
     }
 }
 
@@ -378,7 +376,7 @@ fn find_base(
 /// A tool result without a `name`, given the name of the call it answers: Harmony writes a
 /// result as a message from `functions.NAME`, and a sampled call stands in the render as a
 /// placeholder whose calls the template cannot see.
-fn with_function_name(message: &ChatMessage, messages: &[ChatMessage]) -> Option<ChatMessage> {
+fn with_function_name(message: &ChatMessage, messages: &[Arc<ChatMessage>]) -> Option<ChatMessage> {
     if message.role != Role::Tool || message.extra.contains_key("name") {
         return None;
     }

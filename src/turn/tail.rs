@@ -26,31 +26,16 @@ pub const VERIFY_EVERY: u64 = 16;
 pub fn prefix_digests(request: &ChatRequest) -> Vec<u64> {
     let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
     if let Some(tools) = &request.tools {
-        hasher.write(&serde_json::to_vec(&**tools.json()).unwrap_or_default());
+        hasher.write_u64(tools.digest());
     }
     hasher.write(&serde_json::to_vec(&request.template_kwargs).unwrap_or_default());
     let mut digests = Vec::with_capacity(request.messages.len() + 1);
     digests.push(hasher.digest());
     for message in &request.messages {
-        write_message(&mut hasher, message);
+        hasher.write_u64(message.digest());
         digests.push(hasher.digest());
     }
     digests
-}
-
-fn write_message(hasher: &mut xxhash_rust::xxh3::Xxh3Default, message: &ChatMessage) {
-    let mut field = |bytes: &[u8]| {
-        hasher.write_u64(bytes.len() as u64);
-        hasher.write(bytes);
-    };
-    field(message.role_str().as_bytes());
-    field(message.content.as_deref().unwrap_or("\u{0}none").as_bytes());
-    for call in &message.tool_calls {
-        field(call.id.as_bytes());
-        field(call.name.as_bytes());
-        field(call.arguments.to_string().as_bytes());
-    }
-    field(&serde_json::to_vec(&message.extra).unwrap_or_default());
 }
 
 /// Renders the kept messages (by index) and splits off the text after the last sampled turn;
@@ -112,7 +97,7 @@ pub struct RenderedTail {
 
 /// The indices of the messages a tail render keeps: the leading system messages, then from the
 /// last user message before `last` (the last sampled turn) on, an even number left out.
-pub fn kept_messages(messages: &[ChatMessage], last: usize) -> Vec<usize> {
+pub fn kept_messages(messages: &[Arc<ChatMessage>], last: usize) -> Vec<usize> {
     let head = messages
         .iter()
         .take_while(|m| matches!(m.role, Role::System | Role::Developer))
@@ -133,10 +118,10 @@ pub fn kept_messages(messages: &[ChatMessage], last: usize) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    fn messages(roles: &[Role]) -> Vec<ChatMessage> {
+    fn messages(roles: &[Role]) -> Vec<Arc<ChatMessage>> {
         roles
             .iter()
-            .map(|&role| ChatMessage::text(role, String::new()))
+            .map(|&role| Arc::new(ChatMessage::text(role, String::new())))
             .collect()
     }
 

@@ -15,6 +15,7 @@ use crate::tools::{DeclaredTools, ToolDialect};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// The body of `POST /v1/messages` (and `count_tokens`), as sent. Unknown fields are ignored:
 /// clients add fields every month.
@@ -121,7 +122,7 @@ impl MessagesBody {
         }
         let request = ChatRequest {
             api: Api::Messages,
-            messages,
+            messages: messages.into_iter().map(Arc::new).collect(),
             tools,
             tools_left_out: Vec::new(),
             tool_choice,
@@ -380,7 +381,7 @@ mod tests {
             "context_management": {"edits": []}, "metadata": {"user_id": "u"}
         }))
         .unwrap();
-        let roles: Vec<_> = request.messages.iter().map(ChatMessage::role_str).collect();
+        let roles: Vec<_> = request.messages.iter().map(|m| m.role_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
         assert_eq!(
             request.messages[0].content.as_deref(),

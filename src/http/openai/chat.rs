@@ -1,10 +1,10 @@
 //! `POST /{uuid}/v1/chat/completions` and its `/render` twin: the OpenAI chat wire format
 //! in and out, around one turn of the pipeline.
 
-use super::request::{ChatCall, ChatCompletionBody, ReplyOptions};
+use super::request::{ChatCall, ReplyOptions, read_chat};
 use super::{ChatLogprobs, ToolCallOut, chat_logprobs, envelope};
 use crate::generation::StopMatch;
-use crate::http::body::{json_response, json_with_ids, read_json};
+use crate::http::body::{json_response, json_with_ids, read_body};
 use crate::http::{ApiError, AppState};
 use crate::metrics::Stage;
 use crate::session::Session;
@@ -21,8 +21,9 @@ async fn parse(
 ) -> Result<(Arc<Session>, ChatCall), ApiError> {
     let session = state.session(&path.into_inner())?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
-    let body: ChatCompletionBody = read_json(payload, state.max_body_bytes).await?;
-    Ok((session, body.validate(state.default_max_tokens)?))
+    let body = read_body(payload, state.max_body_bytes).await?;
+    let call = read_chat(&session, &body, state.default_max_tokens)?;
+    Ok((session, call))
 }
 
 /// Shows the exact prompt a real call would send now; changes nothing.

@@ -2,13 +2,19 @@
 //! validated into the turn it asks for and the options of the reply it wants.
 
 use crate::chat::wire::WireMessage;
-use crate::chat::{CallRules, ChatMessage, ChatRequest, RequestError, ResponseFormat, ToolChoice};
+use crate::chat::{
+    CallRules, ChatMessage, ChatRequest, RequestError, ResponseFormat, SentConversation, ToolChoice,
+};
 use crate::generation::{MAX_TOP_LOGPROBS, SamplingParams};
+use crate::http::ApiError;
+use crate::http::body::parse_json;
 use crate::session::Api;
+use crate::session::Session;
 use crate::tools::DeclaredTools;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// `stop` as a string or a list of strings.
 #[derive(Debug, Clone, Deserialize)]
@@ -91,18 +97,48 @@ pub struct ChatCall {
     pub reply: ReplyOptions,
 }
 
+/// Reads a chat body sent to `session`. A body that resends the conversation the session was
+/// last sent is parsed only from its first new message on; the messages before are shared
+/// with the last body's (`chat::resent`). Either way the session keeps this body's
+/// conversation for the next.
+pub fn read_chat(
+    session: &Session,
+    body: &[u8],
+    default_max_tokens: Option<u32>,
+) -> Result<ChatCall, ApiError> {
+    let sent = session.sent();
+    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
+        && let Ok(rest) = parse_json::<ChatCompletionBody>(&resent.rest)
+        && let Ok(call) = rest.validate_after(resent.known(), default_max_tokens)
+    {
+        session.remember_sent(resent.remember(body, call.turn.messages.clone()));
+        return Ok(call);
+    }
+    let call = parse_json::<ChatCompletionBody>(body)?.validate(default_max_tokens)?;
+    session.remember_sent(SentConversation::read(body, call.turn.messages.clone()));
+    Ok(call)
+}
+
 impl ChatCompletionBody {
     /// Validates the body. `default_max_tokens` applies when the client sets no limit.
     pub fn validate(self, default_max_tokens: Option<u32>) -> Result<ChatCall, RequestError> {
+        self.validate_after(&[], default_max_tokens)
+    }
+
+    /// Validates the body, whose messages follow `known` ones.
+    fn validate_after(
+        self,
+        known: &[Arc<ChatMessage>],
+        default_max_tokens: Option<u32>,
+    ) -> Result<ChatCall, RequestError> {
         if self.messages.is_empty() {
             return Err(RequestError::EmptyMessages);
         }
-        let messages = self
-            .messages
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| ChatMessage::parse(i, m))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut messages = Vec::with_capacity(known.len() + self.messages.len());
+        messages.extend_from_slice(known);
+        for (i, message) in self.messages.into_iter().enumerate() {
+            messages.push(Arc::new(ChatMessage::parse(known.len() + i, message)?));
+        }
         let tools = match &self.tools {
             Some(raw) => DeclaredTools::from_raw(raw)?,
             None => None,
@@ -201,4 +237,95 @@ fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
             }
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{SessionOptions, SessionStore};
+    use serde_json::json;
+
+    /// What a body reads as: the turn and reply options, or the error.
+    fn outcome(read: Result<ChatCall, ApiError>) -> String {
+        match read {
+            Ok(call) => format!("{:?} {:?}", call.turn, call.reply),
+            Err(error) => format!("error: {}", error.message),
+        }
+    }
+
+    /// Reading `body` after `before` on one session reads it exactly as a fresh session does.
+    fn reads_alike(before: &[u8], body: &[u8]) {
+        let store = SessionStore::default();
+        let session = store.create(SessionOptions::default()).unwrap();
+        let _ = read_chat(&session, before, Some(16));
+        let after_before = outcome(read_chat(&session, body, Some(16)));
+        let fresh = store.create(SessionOptions::default()).unwrap();
+        let alone = outcome(read_chat(&fresh, body, Some(16)));
+        assert_eq!(
+            after_before,
+            alone,
+            "{}\nafter\n{}",
+            String::from_utf8_lossy(body),
+            String::from_utf8_lossy(before)
+        );
+    }
+
+    #[test]
+    fn a_resent_conversation_reads_exactly_as_a_fresh_one() {
+        let mut messages = vec![
+            json!({"role": "system", "content": "be \"brief\" ]} \\ é"}),
+            json!({"role": "user", "content": [{"type": "text", "text": "[{"}]}),
+        ];
+        let body = |messages: &[Value], extra: &str| {
+            let messages = serde_json::to_string(messages).unwrap();
+            format!(r#"{{"model": "m", "messages": {messages}{extra}}}"#).into_bytes()
+        };
+        // A small generator: the same sequence on every run.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for turn in 0..24 {
+            let before = body(
+                &messages,
+                r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#,
+            );
+            messages.push(
+                json!({"role": "assistant", "content": format!("x{turn} \"}}"),
+                "tool_calls": [{"id": format!("c{turn}"), "type": "function",
+                    "function": {"name": "f", "arguments": "{\"a\": [1]}"}}]}),
+            );
+            messages
+                .push(json!({"role": "tool", "tool_call_id": format!("c{turn}"), "content": "ok"}));
+            let extras = [
+                r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#,
+                r#", "temperature": 0.5, "n": 2"#,
+                r#", "n": 0"#,
+                "",
+            ];
+            let after = body(&messages, extras[turn % extras.len()]);
+            reads_alike(&before, &after);
+            let store = SessionStore::default();
+            let session = store.create(SessionOptions::default()).unwrap();
+            read_chat(&session, &before, None).unwrap();
+            let sent = session.sent().expect("the conversation is kept");
+            let resent = sent.resent_in(&after).expect("the body resends it");
+            assert_eq!(resent.known().len(), messages.len() - 2);
+            reads_alike(&before, &before);
+            // Damage anywhere: a flipped byte, a cut, a comma where the array could end.
+            for _ in 0..8 {
+                let mut damaged = after.clone();
+                let at = next() as usize % damaged.len();
+                match next() % 3 {
+                    0 => damaged[at] ^= 1 << (next() % 7),
+                    1 => damaged.truncate(at),
+                    _ => damaged.insert(at, b','),
+                }
+                reads_alike(&before, &damaged);
+            }
+        }
+    }
 }

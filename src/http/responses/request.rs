@@ -18,6 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]
@@ -166,7 +167,7 @@ impl ResponsesBody {
         }
         let request = ChatRequest {
             api: Api::Responses,
-            messages,
+            messages: messages.into_iter().map(Arc::new).collect(),
             tools,
             tools_left_out,
             tool_choice: match &self.tool_choice {
@@ -485,7 +486,7 @@ mod tests {
             "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k", "client_metadata": {}
         }))
         .unwrap();
-        let roles: Vec<_> = request.messages.iter().map(ChatMessage::role_str).collect();
+        let roles: Vec<_> = request.messages.iter().map(|m| m.role_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool"]);
         assert_eq!(request.messages[0].content.as_deref(), Some("Be careful."));
         let assistant = &request.messages[2];
