@@ -18,7 +18,7 @@ use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
 use request::KNOWN_FIELDS;
 pub use request::{ResponsesBody, input_items};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Where a finished response is kept (when the request lets it be).
@@ -102,26 +102,26 @@ async fn parse(
 }
 
 /// The request settings a `response` object repeats.
-fn echo(body: &ResponsesBody) -> Map<String, Value> {
-    let reasoning = body.reasoning.clone().unwrap_or(Value::Null);
-    let echo = json!({
-        "instructions": body.instructions,
-        "max_output_tokens": body.max_output_tokens,
-        "parallel_tool_calls": body.parallel_tool_calls.unwrap_or(true),
-        "previous_response_id": body.previous_response_id,
-        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        "store": body.store.unwrap_or(true),
-        "temperature": body.temperature,
-        "text": {"format": {"type": "text"}},
-        "tool_choice": body.tool_choice.clone().unwrap_or_else(|| "auto".into()),
-        "tools": [],
-        "top_p": body.top_p,
-        "truncation": "disabled",
-        "metadata": {},
-    });
-    match echo {
-        Value::Object(fields) => fields,
-        _ => Map::new(),
+fn echo(body: &ResponsesBody) -> reply::Echo {
+    let reasoning = body.reasoning.as_ref();
+    let field = |name: &str| reasoning.and_then(|r| r.get(name)).cloned();
+    reply::Echo {
+        instructions: body.instructions.clone(),
+        max_output_tokens: body.max_output_tokens,
+        parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+        previous_response_id: body.previous_response_id.clone(),
+        reasoning: reply::ReasoningEcho {
+            effort: field("effort"),
+            summary: field("summary"),
+        },
+        store: body.store.unwrap_or(true),
+        temperature: body.temperature,
+        text: (),
+        tool_choice: body.tool_choice.clone().unwrap_or_else(|| "auto".into()),
+        tools: [],
+        top_p: body.top_p,
+        truncation: "disabled",
+        metadata: reply::Empty {},
     }
 }
 

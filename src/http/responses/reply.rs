@@ -14,7 +14,7 @@ pub struct Shell {
     pub created_at: u64,
     pub model: String,
     /// Echoed request settings: instructions, tool_choice, tools, temperature, ...
-    pub echo: serde_json::Map<String, Value>,
+    pub echo: Echo,
     /// Return reasoning items with their `encrypted_content`.
     pub encrypted_reasoning: bool,
     /// Declared namespaces (a call `{namespace}.{name}` is returned in its namespace).
@@ -124,7 +124,44 @@ pub struct ResponseObject<'a> {
     usage: Option<ResponseUsage>,
     /// The request settings a response repeats.
     #[serde(flatten)]
-    echo: &'a serde_json::Map<String, Value>,
+    echo: &'a Echo,
+}
+
+/// The request settings a `response` object repeats, in OpenAI's order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Echo {
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<u32>,
+    pub parallel_tool_calls: bool,
+    pub previous_response_id: Option<String>,
+    pub reasoning: ReasoningEcho,
+    pub store: bool,
+    pub temperature: Option<f64>,
+    /// Always plain text: a format asked for is enforced, not echoed.
+    #[serde(serialize_with = "plain_text")]
+    pub text: (),
+    pub tool_choice: Value,
+    /// Never echoed.
+    pub tools: [(); 0],
+    pub top_p: Option<f64>,
+    pub truncation: &'static str,
+    /// Never echoed.
+    pub metadata: Empty,
+}
+
+/// `reasoning` as echoed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReasoningEcho {
+    pub effort: Option<Value>,
+    pub summary: Option<Value>,
+}
+
+/// An empty object.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Empty {}
+
+fn plain_text<S: serde::Serializer>(_: &(), serializer: S) -> Result<S::Ok, S::Error> {
+    json!({"format": {"type": "text"}}).serialize(serializer)
 }
 
 /// Why a response is incomplete.
