@@ -54,7 +54,7 @@ impl Conversation {
 
 /// Keeps a finished response on its session: the items it added (its input, then its output),
 /// linked to the response it continued, and the object.
-fn keep(finished: Finished, output: &[Value], response: &reply::ResponseObject) {
+fn keep(finished: Finished, output: &[reply::OutputItem], response: &reply::ResponseObject) {
     if !finished.store {
         return;
     }
@@ -63,7 +63,11 @@ fn keep(finished: Finished, output: &[Value], response: &reply::ResponseObject) 
         previous,
         input: mut items,
     } = finished.conversation;
-    items.extend(output.iter().cloned());
+    items.extend(
+        output
+            .iter()
+            .filter_map(|item| serde_json::to_value(item).ok()),
+    );
     let stored = StoredResponse {
         previous,
         items,

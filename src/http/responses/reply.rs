@@ -31,7 +31,7 @@ impl Shell {
     pub fn response<'a>(
         &'a self,
         status: &'a str,
-        output: &'a [Value],
+        output: &'a [OutputItem],
         finish: Option<Finish>,
         usage: Option<&Usage>,
     ) -> ResponseObject<'a> {
@@ -55,32 +55,38 @@ impl Shell {
     }
 
     /// The output items of a finished reply, in document order.
-    pub fn output(&self, reply: &Reply) -> Vec<Value> {
+    pub fn output(&self, reply: &Reply) -> Vec<OutputItem> {
         let mut items = Vec::with_capacity(2 + reply.tool_calls.len());
         if let Some(reasoning) = &reply.reasoning {
-            items.push(self.reasoning_item(&item_id("rs"), reasoning));
+            items.push(self.reasoning_item(item_id("rs"), reasoning));
         }
         items.extend(reply.parts().into_iter().map(|part| match part {
-            ReplyPart::Text(text) => message_item(&item_id("msg"), text, "completed"),
+            ReplyPart::Text(text) => OutputItem::message(item_id("msg"), text, "completed"),
             ReplyPart::Call(call) => {
-                self.call_item(&item_id("fc"), call, &call.arguments, "completed")
+                self.call_item(item_id("fc"), call, &call.arguments, "completed")
             }
         }));
         items
     }
 
     /// A `reasoning` item.
-    pub fn reasoning_item(&self, id: &str, text: &str) -> Value {
-        let mut item = json!({"id": id, "type": "reasoning", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}]});
-        if self.encrypted_reasoning {
-            item["encrypted_content"] = encrypt_reasoning(text).into();
+    pub fn reasoning_item(&self, id: String, text: &str) -> OutputItem {
+        OutputItem::Reasoning {
+            id,
+            summary: [],
+            content: vec![Part::ReasoningText { text: text.into() }],
+            encrypted_content: self.encrypted_reasoning.then(|| encrypt_reasoning(text)),
         }
-        item
     }
 
     /// A `function_call` item (its name split from its namespace, when it has one).
-    pub fn call_item(&self, id: &str, call: &ReturnedCall, arguments: &str, status: &str) -> Value {
+    pub fn call_item(
+        &self,
+        id: String,
+        call: &ReturnedCall,
+        arguments: &str,
+        status: &'static str,
+    ) -> OutputItem {
         let namespaced = self.namespaces.iter().find_map(|namespace| {
             let name = call
                 .name
@@ -88,25 +94,95 @@ impl Shell {
                 .strip_prefix('.')?;
             Some((namespace, name))
         });
-        let mut item = json!({"id": id, "type": "function_call", "status": status,
-            "call_id": call.id, "name": call.name, "arguments": arguments});
-        if let Some((namespace, name)) = namespaced {
-            item["name"] = name.into();
-            item["namespace"] = namespace.as_str().into();
+        let (name, namespace) = match namespaced {
+            Some((namespace, name)) => (name.to_string(), Some(namespace.clone())),
+            None => (call.name.clone(), None),
+        };
+        OutputItem::FunctionCall {
+            id,
+            status,
+            call_id: call.id.clone(),
+            name,
+            arguments: arguments.into(),
+            namespace,
         }
-        item
     }
 }
 
-/// A `message` item holding one `output_text` part.
-pub fn message_item(id: &str, text: &str, status: &str) -> Value {
-    json!({"id": id, "type": "message", "status": status, "role": "assistant",
-        "content": [output_text(text)]})
+/// An output item of a response.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    /// The model's reasoning.
+    Reasoning {
+        id: String,
+        summary: [(); 0],
+        content: Vec<Part>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
+    /// The model's text.
+    Message {
+        id: String,
+        status: &'static str,
+        role: &'static str,
+        content: Vec<Part>,
+    },
+    /// A call of a declared function.
+    FunctionCall {
+        id: String,
+        status: &'static str,
+        call_id: String,
+        name: String,
+        arguments: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+    },
 }
 
-/// An `output_text` content part.
-pub fn output_text(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+impl OutputItem {
+    /// A `message` item holding one `output_text` part.
+    pub fn message(id: String, text: &str, status: &'static str) -> Self {
+        Self::Message {
+            id,
+            status,
+            role: "assistant",
+            content: vec![Part::output_text(text)],
+        }
+    }
+
+    /// The name of the function a call item calls.
+    pub fn function_name(&self) -> Option<&str> {
+        match self {
+            Self::FunctionCall { name, .. } => Some(name),
+            Self::Reasoning { .. } | Self::Message { .. } => None,
+        }
+    }
+}
+
+/// A content part of an item.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    /// Text the model wrote.
+    OutputText {
+        text: String,
+        annotations: [(); 0],
+        logprobs: [(); 0],
+    },
+    /// Reasoning the model wrote.
+    ReasoningText { text: String },
+}
+
+impl Part {
+    /// An `output_text` part.
+    pub fn output_text(text: &str) -> Self {
+        Self::OutputText {
+            text: text.into(),
+            annotations: [],
+            logprobs: [],
+        }
+    }
 }
 
 /// A `response` object.
@@ -120,7 +196,7 @@ pub struct ResponseObject<'a> {
     error: Option<()>,
     incomplete_details: Option<Incomplete>,
     model: &'a str,
-    output: &'a [Value],
+    output: &'a [OutputItem],
     usage: Option<ResponseUsage>,
     /// The request settings a response repeats.
     #[serde(flatten)]

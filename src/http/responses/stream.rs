@@ -6,14 +6,13 @@
 //! `response.output_item.done`; last `response.completed` (or `response.incomplete`). A
 //! failure after the stream began is an `error` event.
 
-use super::reply::{ResponseObject, Shell, item_id, message_item, output_text, status};
+use super::reply::{OutputItem, Part, ResponseObject, Shell, item_id, status};
 use super::{Finished, keep};
 use crate::http::{ApiError, sse};
 use crate::turn::{Delta, Finish, TurnEvent, TurnStream};
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::{Value, json};
 
 /// One Responses stream event; its `type` is also the event's name.
 #[derive(Serialize)]
@@ -30,24 +29,24 @@ enum Event<'a> {
     #[serde(rename = "response.output_item.added")]
     ItemAdded {
         output_index: usize,
-        item: &'a Value,
+        item: &'a OutputItem,
     },
     #[serde(rename = "response.output_item.done")]
     ItemDone {
         output_index: usize,
-        item: &'a Value,
+        item: &'a OutputItem,
     },
     #[serde(rename = "response.content_part.added")]
     PartAdded {
         #[serde(flatten)]
         at: At<'a>,
-        part: &'a Value,
+        part: &'a Part,
     },
     #[serde(rename = "response.content_part.done")]
     PartDone {
         #[serde(flatten)]
         at: At<'a>,
-        part: &'a Value,
+        part: &'a Part,
     },
     #[serde(rename = "response.reasoning_text.delta")]
     ReasoningDelta {
@@ -84,7 +83,7 @@ enum Event<'a> {
     ArgumentsDone {
         item_id: &'a str,
         output_index: usize,
-        name: &'a Value,
+        name: &'a str,
         arguments: &'a str,
     },
     #[serde(rename = "error")]
@@ -207,7 +206,7 @@ struct EventWriter {
     shell: Shell,
     events: Sequence,
     /// The finished output items.
-    output: Vec<Value>,
+    output: Vec<OutputItem>,
     open: Option<OpenItem>,
     /// Whitespace not yet written: a message opens only once it has other text.
     pending: String,
@@ -294,7 +293,7 @@ impl EventWriter {
                     self.close(out);
                     let id = item_id("fc");
                     let index = self.output.len();
-                    let added = self.shell.call_item(&id, &call, "", "in_progress");
+                    let added = self.shell.call_item(id.clone(), &call, "", "in_progress");
                     let (item_id, output_index) = (id.as_str(), index);
                     let item = &added;
                     self.events
@@ -306,13 +305,13 @@ impl EventWriter {
                         delta,
                     };
                     self.events.write(out, event);
-                    let item = self
-                        .shell
-                        .call_item(&id, &call, &call.arguments, "completed");
+                    let item =
+                        self.shell
+                            .call_item(id.clone(), &call, &call.arguments, "completed");
                     let event = Event::ArgumentsDone {
                         item_id,
                         output_index,
-                        name: &item["name"],
+                        name: item.function_name().unwrap_or_default(),
                         arguments: &call.arguments,
                     };
                     self.events.write(out, event);
@@ -341,14 +340,23 @@ impl EventWriter {
         let (id, item, part) = match kind {
             Kind::Reasoning => {
                 let id = item_id("rs");
-                let item = json!({"id": id, "type": "reasoning", "summary": [], "content": []});
-                (id, item, json!({"type": "reasoning_text", "text": ""}))
+                let item = OutputItem::Reasoning {
+                    id: id.clone(),
+                    summary: [],
+                    content: Vec::new(),
+                    encrypted_content: None,
+                };
+                (id, item, Part::ReasoningText { text: "".into() })
             }
             Kind::Message => {
                 let id = item_id("msg");
-                let mut item = message_item(&id, "", "in_progress");
-                item["content"] = json!([]);
-                (id, item, output_text(""))
+                let item = OutputItem::Message {
+                    id: id.clone(),
+                    status: "in_progress",
+                    role: "assistant",
+                    content: Vec::new(),
+                };
+                (id, item, Part::output_text(""))
             }
         };
         let (output_index, item) = (index, &item);
@@ -379,13 +387,13 @@ impl EventWriter {
         let (done, part, item) = match open.kind {
             Kind::Reasoning => (
                 Event::ReasoningDone { at, text },
-                json!({"type": "reasoning_text", "text": text}),
-                self.shell.reasoning_item(&open.id, text),
+                Part::ReasoningText { text: text.into() },
+                self.shell.reasoning_item(open.id.clone(), text),
             ),
             Kind::Message => (
                 Event::TextDone { at, text },
-                output_text(text),
-                message_item(&open.id, text, "completed"),
+                Part::output_text(text),
+                OutputItem::message(open.id.clone(), text, "completed"),
             ),
         };
         self.events.write(out, done);
@@ -426,11 +434,11 @@ mod tests {
              \"item_id\":\"msg_1\",\"output_index\":2,\"content_index\":0,\"delta\":\"hi\",\
              \"logprobs\":[],\"sequence_number\":7}\n\n"
         );
-        let name = json!("get_weather");
+        let name = "get_weather";
         let done = Event::ArgumentsDone {
             item_id: "fc_1",
             output_index: 0,
-            name: &name,
+            name,
             arguments: "{}",
         };
         assert_eq!(
