@@ -90,8 +90,9 @@ pub fn read_turn(
         }
         Api::Responses => {
             let mut body: responses::ResponsesBody = body::parse_json(body)?;
-            let items = responses::input_items(std::mem::take(&mut body.input))?;
-            Ok(body.to_request(&items.iter().collect::<Vec<_>>(), None)?)
+            let items = responses::input_items(body.input.take())?;
+            let items: Vec<_> = items.iter().map(|raw| responses::Item::Sent(raw)).collect();
+            Ok(body.to_request(&items, None)?)
         }
     }
 }

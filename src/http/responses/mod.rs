@@ -17,8 +17,8 @@ use crate::session::replies::TurnKey;
 use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
 use request::KNOWN_FIELDS;
-pub use request::{ResponsesBody, input_items};
-use serde_json::Value;
+pub use request::{Item, ResponsesBody, input_items};
+use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// Where a finished response is kept (when the request lets it be).
@@ -35,20 +35,21 @@ pub struct Finished {
 struct Conversation {
     /// The response named by `previous_response_id`.
     previous: Option<Arc<StoredResponse>>,
-    /// The request's own input items.
-    input: Vec<Value>,
+    /// The request's own input items, as sent.
+    input: Vec<Box<RawValue>>,
 }
 
 impl Conversation {
     /// Every item, the previous responses' first.
-    fn items(&self) -> Vec<&Value> {
-        let mut items = self
+    fn items(&self) -> Vec<Item<'_>> {
+        let stored = self
             .previous
             .as_ref()
-            .map(|previous| previous.conversation())
-            .unwrap_or_default();
-        items.extend(self.input.iter());
-        items
+            .map(|previous| previous.conversation());
+        let stored = stored.into_iter().flatten().map(Item::Stored);
+        stored
+            .chain(self.input.iter().map(|raw| Item::Sent(raw)))
+            .collect()
     }
 }
 
@@ -59,15 +60,14 @@ fn keep(finished: Finished, output: &[reply::OutputItem], response: &reply::Resp
         return;
     }
     let id = response.id;
-    let Conversation {
-        previous,
-        input: mut items,
-    } = finished.conversation;
-    items.extend(
-        output
-            .iter()
-            .filter_map(|item| serde_json::to_value(item).ok()),
-    );
+    let Conversation { previous, input } = finished.conversation;
+    let input = input
+        .iter()
+        .filter_map(|raw| serde_json::from_str(raw.get()).ok());
+    let output = output
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok());
+    let items = input.chain(output).collect();
     let stored = StoredResponse {
         previous,
         items,
@@ -101,7 +101,7 @@ async fn parse(
         })?),
         None => None,
     };
-    let input = input_items(std::mem::take(&mut body.input))?;
+    let input = input_items(body.input.take())?;
     Ok((session, body, Conversation { previous, input }))
 }
 

@@ -26,9 +26,10 @@ pub struct ResponsesBody {
     /// The model asked for; the session serves its own whatever the name.
     #[serde(default)]
     pub model: Option<String>,
-    /// A string (one user message) or a list of items.
+    /// A string (one user message) or a list of items, kept as text: each item is read into
+    /// the fields the conversation needs ([`input_items`]).
     #[serde(default)]
-    pub input: Value,
+    pub input: Option<Box<RawValue>>,
     #[serde(default)]
     pub instructions: Option<String>,
     /// Kept as text: each distinct list is read once.
@@ -108,15 +109,70 @@ fn decrypt_reasoning(content: &str) -> Option<String> {
     String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()
 }
 
-/// The input as a list of items (a string is one user message), taken out of the body: an
-/// agent resends its whole conversation every turn.
-pub fn input_items(input: Value) -> Result<Vec<Value>, BadRequest> {
-    match input {
-        Value::String(text) => Ok(vec![serde_json::json!({"type": "message", "role": "user",
-            "content": text})]),
-        Value::Array(items) => Ok(items),
-        Value::Null => Ok(Vec::new()),
-        _ => Err(invalid("input: must be a string or a list of items")),
+/// The input as a list of items, each still JSON text (a string is one user message): an
+/// agent resends its whole conversation every turn, and only the fields the conversation
+/// needs are read from it.
+pub fn input_items(input: Option<Box<RawValue>>) -> Result<Vec<Box<RawValue>>, BadRequest> {
+    let Some(input) = input else {
+        return Ok(Vec::new());
+    };
+    let not_items = || invalid("input: must be a string or a list of items");
+    match input.get().as_bytes().first() {
+        Some(b'"') => {
+            let text: String = serde_json::from_str(input.get()).map_err(|_| not_items())?;
+            let item = serde_json::json!({"type": "message", "role": "user", "content": text});
+            Ok(vec![
+                serde_json::value::to_raw_value(&item).map_err(|_| not_items())?,
+            ])
+        }
+        Some(b'[') => serde_json::from_str(input.get()).map_err(|_| not_items()),
+        Some(b'n') => Ok(Vec::new()),
+        _ => Err(not_items()),
+    }
+}
+
+/// An input item: as the request sent it, or as a stored response kept it.
+#[derive(Debug, Clone, Copy)]
+pub enum Item<'a> {
+    /// Sent with this request.
+    Sent(&'a RawValue),
+    /// Kept by the response the request continues.
+    Stored(&'a Value),
+}
+
+/// The fields of an input item the conversation reads; any other is skipped unread.
+#[derive(Debug, Deserialize)]
+struct WireItem {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    role: Option<Value>,
+    /// A string or a list of parts (a message's, a reasoning item's).
+    content: Option<Box<RawValue>>,
+    call_id: Option<Value>,
+    name: Option<Value>,
+    namespace: Option<Value>,
+    arguments: Option<Value>,
+    /// A string or a list of parts (a call's output).
+    output: Option<Box<RawValue>>,
+    encrypted_content: Option<Value>,
+    summary: Option<Box<RawValue>>,
+}
+
+/// A content part: its type and text; any other field is skipped unread.
+#[derive(Debug, Deserialize)]
+struct WirePart {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    text: Option<Value>,
+}
+
+impl Item<'_> {
+    fn read(self, at: At) -> Result<WireItem, BadRequest> {
+        let read = match self {
+            Item::Sent(raw) => serde_json::from_str(raw.get()),
+            Item::Stored(value) => WireItem::deserialize(value),
+        };
+        read.map_err(|_| invalid(format!("{at}: must be an item object")))
     }
 }
 
@@ -124,7 +180,7 @@ impl ResponsesBody {
     /// The turn for the conversation `items` (earlier responses' items included).
     pub fn to_request(
         &self,
-        items: &[&Value],
+        items: &[Item],
         default_max_tokens: Option<u32>,
     ) -> Result<ChatRequest, BadRequest> {
         if items.is_empty() {
@@ -145,7 +201,7 @@ impl ResponsesBody {
             ..Conversation::default()
         };
         for (i, item) in items.iter().enumerate() {
-            conversation.read(i, item)?;
+            conversation.read(i, *item)?;
         }
         let messages = conversation.finish();
         if messages.is_empty() {
@@ -285,29 +341,33 @@ struct ModelTurn {
 }
 
 impl Conversation {
-    fn read(&mut self, i: usize, item: &Value) -> Result<(), BadRequest> {
+    fn read(&mut self, i: usize, item: Item) -> Result<(), BadRequest> {
         let at = At(i);
-        let kind = match item.get("type").and_then(Value::as_str) {
+        let item = item.read(at)?;
+        let kind = match item.kind.as_ref().and_then(Value::as_str) {
             Some(kind) => kind,
-            None if item.get("role").is_some() => "message",
+            None if item.role.is_some() => "message",
             None => return Err(invalid(format!("{at}.type: Field required"))),
         };
         match kind {
-            "message" => self.message(at, item),
+            "message" => self.message(at, &item),
             "function_call" => {
-                let field = |name: &str| {
-                    item.get(name)
+                let field = |name: &str, value: &Option<Value>| {
+                    value
+                        .as_ref()
                         .and_then(Value::as_str)
+                        .map(str::to_string)
                         .ok_or_else(|| invalid(format!("{at}.{name}: must be a string")))
                 };
-                let name = match item.get("namespace").and_then(Value::as_str) {
-                    Some(namespace) => format!("{namespace}.{}", field("name")?),
-                    None => field("name")?.to_string(),
+                let name = field("name", &item.name)?;
+                let name = match item.namespace.as_ref().and_then(Value::as_str) {
+                    Some(namespace) => format!("{namespace}.{name}"),
+                    None => name,
                 };
                 let call = ToolCall {
-                    id: field("call_id")?.to_string(),
+                    id: field("call_id", &item.call_id)?,
                     name,
-                    arguments: Value::String(field("arguments")?.to_string()),
+                    arguments: Value::String(field("arguments", &item.arguments)?),
                 };
                 self.turn.get_or_insert_default().calls.push(call);
                 Ok(())
@@ -315,21 +375,18 @@ impl Conversation {
             "function_call_output" => {
                 self.end_turn();
                 let id = item
-                    .get("call_id")
+                    .call_id
+                    .as_ref()
                     .and_then(Value::as_str)
                     .ok_or_else(|| invalid(format!("{at}.call_id: must be a string")))?;
-                let output = match item.get("output") {
-                    Some(Value::String(text)) => text.clone(),
-                    Some(parts @ Value::Array(_)) => text_of(at, "output", parts)?,
-                    _ => return Err(invalid(format!("{at}.output: must be a string or parts"))),
-                };
+                let output = text_of(at, "output", item.output.as_deref())?;
                 let mut result = ChatMessage::text(Role::Tool, output);
                 result.extra.insert("tool_call_id".into(), id.into());
                 self.messages.push(result);
                 Ok(())
             }
             "reasoning" => {
-                let text = reasoning_text(item);
+                let text = reasoning_text(&item);
                 self.turn.get_or_insert_default().reasoning.push(text);
                 Ok(())
             }
@@ -344,13 +401,9 @@ impl Conversation {
         }
     }
 
-    fn message(&mut self, at: At, item: &Value) -> Result<(), BadRequest> {
-        let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
-        let text = match item.get("content") {
-            Some(Value::String(text)) => text.clone(),
-            Some(parts @ Value::Array(_)) => text_of(at, "content", parts)?,
-            _ => return Err(invalid(format!("{at}.content: must be a string or parts"))),
-        };
+    fn message(&mut self, at: At, item: &WireItem) -> Result<(), BadRequest> {
+        let role = item.role.as_ref().and_then(Value::as_str).unwrap_or("user");
+        let text = text_of(at, "content", item.content.as_deref())?;
         match role {
             "assistant" => self.turn.get_or_insert_default().texts.push(text),
             "system" | "developer" => {
@@ -409,13 +462,19 @@ impl std::fmt::Display for At {
     }
 }
 
-/// The text of the content parts in item `at`'s `field` (`input_text`, `output_text`, `text`),
-/// joined by newlines.
-fn text_of(at: At, field: &str, parts: &Value) -> Result<String, BadRequest> {
-    let mut texts = Vec::new();
-    for (j, part) in parts.as_array().into_iter().flatten().enumerate() {
-        let kind = part.get("type").and_then(Value::as_str).unwrap_or("?");
-        match (kind, part.get("text").and_then(Value::as_str)) {
+/// The text of item `at`'s `field`: a string, or content parts (`input_text`, `output_text`,
+/// `text`) joined by newlines.
+fn text_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<String, BadRequest> {
+    let not_text = || invalid(format!("{at}.{field}: must be a string or parts"));
+    let raw = raw.ok_or_else(not_text)?;
+    if raw.get().starts_with('"') {
+        return serde_json::from_str(raw.get()).map_err(|_| not_text());
+    }
+    let parts: Vec<WirePart> = serde_json::from_str(raw.get()).map_err(|_| not_text())?;
+    let mut texts = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        let kind = part.kind.as_ref().and_then(Value::as_str).unwrap_or("?");
+        match (kind, part.text.as_ref().and_then(Value::as_str)) {
             ("input_text" | "output_text" | "text", Some(text)) => texts.push(text),
             ("input_image" | "input_file" | "input_audio", _) => {
                 return Err(invalid(format!(
@@ -434,26 +493,27 @@ fn text_of(at: At, field: &str, parts: &Value) -> Result<String, BadRequest> {
 
 /// A reasoning item's text: from this proxy's `encrypted_content`, else its reasoning
 /// content, else its summary.
-fn reasoning_text(item: &Value) -> String {
+fn reasoning_text(item: &WireItem) -> String {
     if let Some(text) = item
-        .get("encrypted_content")
+        .encrypted_content
+        .as_ref()
         .and_then(Value::as_str)
         .and_then(decrypt_reasoning)
     {
         return text;
     }
-    let texts = |key: &str| -> Vec<&str> {
-        item.get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect()
+    // The parts' texts joined, `None` when no part has text.
+    let texts = |parts: Option<&RawValue>| -> Option<String> {
+        let parts: Vec<WirePart> = serde_json::from_str(parts?.get()).ok()?;
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter_map(|part| part.text.as_ref().and_then(Value::as_str))
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
     };
-    match texts("content") {
-        content if !content.is_empty() => content.join("\n"),
-        _ => texts("summary").join("\n"),
-    }
+    texts(item.content.as_deref())
+        .or_else(|| texts(item.summary.as_deref()))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -464,8 +524,33 @@ mod tests {
     fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         let body: ResponsesBody = serde_json::from_value(body).unwrap();
         let mut body = body;
-        let items = input_items(std::mem::take(&mut body.input))?;
-        body.to_request(&items.iter().collect::<Vec<_>>(), None)
+        let items = input_items(body.input.take())?;
+        let items: Vec<Item> = items.iter().map(|raw| Item::Sent(raw)).collect();
+        body.to_request(&items, None)
+    }
+
+    #[test]
+    fn items_read_alike_sent_or_stored() {
+        let items = json!([
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}]},
+            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}]},
+            {"type": "function_call", "call_id": "c", "name": "f", "namespace": "n",
+                "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "done"},
+        ]);
+        let sent = read(json!({"input": items})).unwrap();
+        let body: ResponsesBody = serde_json::from_value(json!({})).unwrap();
+        let stored: Vec<Value> = items.as_array().unwrap().clone();
+        let stored: Vec<Item> = stored.iter().map(Item::Stored).collect();
+        let stored = body.to_request(&stored, None).unwrap();
+        assert_eq!(format!("{sent:?}"), format!("{stored:?}"));
+        assert_eq!(sent.messages[1].extra["reasoning_content"], "s");
+        assert_eq!(sent.messages[1].tool_calls[0].name, "n.f");
+        assert!(read(json!({"input": [3]})).is_err());
+        assert!(read(json!({"input": 3})).is_err());
+        assert!(read(json!({"input": [{"type": "message", "content": 3}]})).is_err());
     }
 
     #[test]
