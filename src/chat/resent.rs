@@ -1,34 +1,34 @@
 //! The conversation a session was last sent, kept so the next request is read only where it
 //! is new. An agent resends its whole conversation every turn: at turn 128 of a long rollout
 //! that is ~300 KB of JSON, of which the last message or two are new. When a body starts with
-//! the bytes the session's last body had up to the end of its last message, those messages
-//! are the ones read then; only the body without them is parsed, and the messages are shared
-//! (with what was derived from them: digests, fingerprints, template values).
+//! the bytes the session's last body had up to the end of its conversation's last element
+//! (chat's and Messages' `messages`, Responses' `input`), those elements are the ones read
+//! then; only the body without them is parsed, and what was read from them is shared (for
+//! chat, the messages with what each derived: digest, fingerprint, template value).
 //!
 //! This is a cache, never a source of truth: the bytes are compared by XXH3-128 of the whole
 //! known prefix, the messages counted as they are scanned, and anything unexpected (another
 //! shape, an error in the shortened body) reads the body whole, as without it.
 
-use super::messages::ChatMessage;
-use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
-/// A body's conversation, as last read on a session.
+/// A body's conversation, as last read on a session: what was read from each element of its
+/// conversation's array (`T`, one per element).
 #[derive(Debug)]
-pub struct SentConversation {
-    /// The body's bytes before its first message (its `"messages": [` included).
+pub struct SentConversation<T> {
+    /// The body's bytes before its first element (its `"messages": [` included).
     start: usize,
-    /// Where its last message ends.
+    /// Where its last element ends.
     end: usize,
     /// XXH3-128 of the body's first `end` bytes.
     digest: u128,
-    /// The messages read from it.
-    messages: Vec<Arc<ChatMessage>>,
+    /// What was read from the elements.
+    elements: Vec<T>,
 }
 
-/// A body that starts with a known conversation and adds messages to it.
-pub struct Resent<'s> {
-    sent: &'s SentConversation,
+/// A body that starts with a known conversation and adds elements to it.
+pub struct Resent<'s, T> {
+    sent: &'s SentConversation<T>,
     /// The hash state after the known bytes (continued for the next memo).
     hasher: Xxh3,
     /// Where the body's new messages begin.
@@ -37,10 +37,10 @@ pub struct Resent<'s> {
     pub rest: Vec<u8>,
 }
 
-impl SentConversation {
+impl<T> SentConversation<T> {
     /// What `body` resends of this conversation: `None` unless it starts with the same bytes
-    /// up to the end of the last message, and then adds at least one message.
-    pub fn resent_in(&self, body: &[u8]) -> Option<Resent<'_>> {
+    /// up to the end of the last element, and then adds at least one.
+    pub fn resent_in(&self, body: &[u8]) -> Option<Resent<'_, T>> {
         if body.len() <= self.end {
             return None;
         }
@@ -64,48 +64,35 @@ impl SentConversation {
         })
     }
 
-    /// The conversation of `body`, whose `messages` were read from it; `None` when its
-    /// messages cannot be located (another shape: nothing is kept).
-    pub fn read(body: &[u8], messages: Vec<Arc<ChatMessage>>) -> Option<Self> {
-        let start = messages_array(body)?;
-        let (end, count) = elements(body, start)?;
-        if count != messages.len() {
+    /// The conversation of `body`, the array under its top-level `key`, whose elements read
+    /// as `elements`; `None` when the array cannot be located or its elements are not as many
+    /// (another shape: nothing is kept).
+    pub fn read(body: &[u8], key: &str, elements: Vec<T>) -> Option<Self> {
+        let start = array_of(body, key)?;
+        let (end, count) = array_elements(body, start)?;
+        if count != elements.len() {
             return None;
         }
         Some(Self {
             start,
             end,
             digest: xxhash_rust::xxh3::xxh3_128(&body[..end]),
-            messages,
+            elements,
         })
-    }
-
-    /// How many messages it holds.
-    pub fn len(&self) -> usize {
-        self.messages.len()
-    }
-
-    /// Whether it holds none (never: an empty conversation is not kept).
-    pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
     }
 }
 
-impl Resent<'_> {
-    /// The messages the body resends, read before.
-    pub fn known(&self) -> &[Arc<ChatMessage>] {
-        &self.sent.messages
+impl<T> Resent<'_, T> {
+    /// What was read from the elements the body resends.
+    pub fn known(&self) -> &[T] {
+        &self.sent.elements
     }
 
-    /// The conversation of the whole `body` once its new messages are read: `messages` are
+    /// The conversation of the whole `body` once its new elements are read: `elements` are
     /// all of them, the known ones first.
-    pub fn remember(
-        mut self,
-        body: &[u8],
-        messages: Vec<Arc<ChatMessage>>,
-    ) -> Option<SentConversation> {
-        let (end, count) = elements(body, self.new_from)?;
-        if self.sent.messages.len() + count != messages.len() {
+    pub fn remember(mut self, body: &[u8], elements: Vec<T>) -> Option<SentConversation<T>> {
+        let (end, count) = array_elements(body, self.new_from)?;
+        if self.sent.elements.len() + count != elements.len() {
             return None;
         }
         self.hasher.update(&body[self.sent.end..end]);
@@ -113,7 +100,7 @@ impl Resent<'_> {
             start: self.sent.start,
             end,
             digest: self.hasher.digest128(),
-            messages,
+            elements,
         })
     }
 }
@@ -128,22 +115,23 @@ fn skip_whitespace(body: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// Where the elements of the top-level `"messages"` array begin (just after its `[`).
-fn messages_array(body: &[u8]) -> Option<usize> {
+/// Where the elements of the array under the top-level `key` begin (just after its `[`).
+fn array_of(body: &[u8], key: &str) -> Option<usize> {
     let mut at = skip_whitespace(body, 0);
     if body.get(at) != Some(&b'{') {
         return None;
     }
     loop {
         at = skip_whitespace(body, at + 1);
-        let key_end = skip_string(body, at)?;
-        let key = &body[at..key_end];
-        at = skip_whitespace(body, key_end);
+        let name_end = skip_string(body, at)?;
+        // The name as written, quotes left out (an escaped spelling is not recognised).
+        let name = &body[at + 1..name_end - 1];
+        at = skip_whitespace(body, name_end);
         if body.get(at) != Some(&b':') {
             return None;
         }
         at = skip_whitespace(body, at + 1);
-        if key == b"\"messages\"" {
+        if name == key.as_bytes() {
             return (body.get(at) == Some(&b'[')).then_some(at + 1);
         }
         at = skip_whitespace(body, skip_value(body, at)?);
@@ -155,7 +143,7 @@ fn messages_array(body: &[u8]) -> Option<usize> {
 
 /// The end of the last of the array elements that begin at `at`, and how many there are, up
 /// to the array's `]`.
-fn elements(body: &[u8], mut at: usize) -> Option<(usize, usize)> {
+fn array_elements(body: &[u8], mut at: usize) -> Option<(usize, usize)> {
     let mut count = 0;
     loop {
         at = skip_whitespace(body, at);
@@ -220,20 +208,68 @@ fn skip_value(body: &[u8], at: usize) -> Option<usize> {
     }
 }
 
+/// What the adapters' tests share: bodies damaged every way a resent body could be.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// `count` damaged copies of `body`: a flipped bit, a cut, or a comma put in, each at a
+    /// place drawn from `seed` (the same on every run).
+    pub fn damaged(body: &[u8], seed: u64, count: usize) -> Vec<Vec<u8>> {
+        let mut seed = seed | 1;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        (0..count)
+            .map(|_| {
+                let mut damaged = body.to_vec();
+                let at = next() as usize % damaged.len();
+                match next() % 3 {
+                    0 => damaged[at] ^= 1 << (next() % 7),
+                    1 => damaged.truncate(at),
+                    _ => damaged.insert(at, b','),
+                }
+                damaged
+            })
+            .collect()
+    }
+
+    /// Asserts that `read` gives the same outcome for `body` on a session that read `before`
+    /// as on a fresh one; `read(fresh, body)` gives a printable outcome.
+    pub fn reads_alike(
+        before: &[u8],
+        body: &[u8],
+        read: impl Fn(&crate::session::Session, &[u8]) -> String,
+    ) {
+        use crate::session::{SessionOptions, SessionStore};
+        let store = SessionStore::default();
+        let session = store.create(SessionOptions::default()).unwrap();
+        read(&session, before);
+        let after_before = read(&session, body);
+        let fresh = store.create(SessionOptions::default()).unwrap();
+        assert_eq!(
+            after_before,
+            read(&fresh, body),
+            "{}\nafter\n{}",
+            String::from_utf8_lossy(body),
+            String::from_utf8_lossy(before)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn messages(count: usize) -> Vec<Arc<ChatMessage>> {
-        (0..count)
-            .map(|i| Arc::new(ChatMessage::text(super::super::Role::User, i.to_string())))
-            .collect()
+    fn messages(count: usize) -> Vec<usize> {
+        (0..count).collect()
     }
 
     #[test]
     fn a_body_that_resends_the_conversation_is_read_from_its_new_messages() {
         let first = br#"{"model": "m", "messages": [{"role":"user","content":"a \"]\\"}, {"role":"assistant","content":"{[b"}], "tools": []}"#;
-        let sent = SentConversation::read(first, messages(2)).unwrap();
+        let sent = SentConversation::read(first, "messages", messages(2)).unwrap();
         let next = br#"{"model": "m", "messages": [{"role":"user","content":"a \"]\\"}, {"role":"assistant","content":"{[b"}],
             {"role":"user","content":"c"}], "tools": [], "n": 1}"#;
         // The array closes after the known messages: nothing new is resent.
@@ -248,13 +284,13 @@ mod tests {
             r#"{"model": "m", "messages": [ {"role":"user","content":"c"}, {"role":"tool","content":"d","tool_call_id":"x"}], "tools": [], "n": 1}"#
         );
         let remembered = resent.remember(next, messages(4)).unwrap();
-        let whole = SentConversation::read(next, messages(4)).unwrap();
+        let whole = SentConversation::read(next, "messages", messages(4)).unwrap();
         assert_eq!(
             (remembered.start, remembered.end, remembered.digest),
             (whole.start, whole.end, whole.digest)
         );
         // The wrong count of messages read: nothing is kept.
-        assert!(SentConversation::read(next, messages(3)).is_none());
+        assert!(SentConversation::read(next, "messages", messages(3)).is_none());
         assert!(
             sent.resent_in(next)
                 .unwrap()
@@ -266,7 +302,7 @@ mod tests {
     #[test]
     fn only_the_top_level_messages_array_is_taken() {
         let body = br#"{"metadata": {"messages": [1, 2]}, "stop": ["]"], "n": -1.5e3, "messages": [{"a": [true, null]}]}"#;
-        let sent = SentConversation::read(body, messages(1)).unwrap();
+        let sent = SentConversation::read(body, "messages", messages(1)).unwrap();
         assert_eq!(
             &body[..sent.start],
             br#"{"metadata": {"messages": [1, 2]}, "stop": ["]"], "n": -1.5e3, "messages": ["#
@@ -283,7 +319,7 @@ mod tests {
             br#"{"messages": [{"#,
             br#"{"messages": [1"#,
         ] {
-            assert!(SentConversation::read(other, messages(1)).is_none());
+            assert!(SentConversation::read(other, "messages", messages(1)).is_none());
         }
     }
 }

@@ -39,17 +39,17 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::B
     })
 }
 
-/// Reads the whole body and parses it as `T`; the top-level fields not in `known` are logged
-/// at debug (clients add fields every month: they are ignored, never refused).
-pub async fn read_json_noting_unknown<T: DeserializeOwned>(
+/// Reads the whole body; its top-level fields not in `known` are logged at debug (clients
+/// add fields every month: they are ignored, never refused).
+pub async fn read_body_noting_unknown(
     payload: web::Payload,
     limit: usize,
     known: &[&str],
-) -> Result<T, ApiError> {
+) -> Result<web::Bytes, ApiError> {
     let bytes = read_body(payload, limit).await?;
-    let body = parse_json(&bytes)?;
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let fields: serde_json::Map<String, serde_json::Value> = parse_json(&bytes)?;
+    if tracing::enabled!(tracing::Level::DEBUG)
+        && let Ok(fields) = parse_json::<serde_json::Map<String, serde_json::Value>>(&bytes)
+    {
         let unknown: Vec<_> = fields
             .keys()
             .filter(|key| !known.contains(&key.as_str()))
@@ -58,7 +58,7 @@ pub async fn read_json_noting_unknown<T: DeserializeOwned>(
             tracing::debug!(?unknown, "request fields ignored");
         }
     }
-    Ok(body)
+    Ok(bytes)
 }
 
 /// Parses a body, which must be a JSON object, as `T` (serde would read a struct from an

@@ -91,7 +91,10 @@ pub fn read_turn(
         Api::Responses => {
             let mut body: responses::ResponsesBody = body::parse_json(body)?;
             let items = responses::input_items(body.input.take())?;
-            let items: Vec<_> = items.iter().map(|raw| responses::Item::Sent(raw)).collect();
+            let items: Vec<_> = items
+                .iter()
+                .map(|sent| responses::Item::Sent(sent))
+                .collect();
             Ok(body.to_request(&items, None)?)
         }
     }

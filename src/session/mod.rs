@@ -123,24 +123,27 @@ pub struct Session {
     closed: AtomicBool,
     /// Bumped by `POST /{uuid}/abort`; a turn at the backend watches it.
     aborts: tokio::sync::watch::Sender<u64>,
-    /// The conversation of the last chat body read on the session: the next one, which
+    /// The conversation of the last body a turn's API read on the session (a
+    /// `SentConversation` of what that API reads from each element): the next one, which
     /// resends it, is read only from where it is new.
-    sent: std::sync::Mutex<Option<Arc<SentConversation>>>,
+    sent: std::sync::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Session {
-    /// The conversation of the last chat body read on the session, if it was kept.
-    pub fn sent(&self) -> Option<Arc<SentConversation>> {
-        self.sent
-            .lock()
-            .map(|sent| sent.clone())
-            .unwrap_or_default()
+    /// The conversation of the last body read on the session, if it was kept and was read
+    /// into `T`s (by the same API).
+    pub fn sent<T: Send + Sync + 'static>(&self) -> Option<Arc<SentConversation<T>>> {
+        let sent = self.sent.lock().ok()?.clone()?;
+        sent.downcast().ok()
     }
 
     /// Keeps `conversation` as the last one read (or forgets the last one).
-    pub fn remember_sent(&self, conversation: Option<SentConversation>) {
+    pub fn remember_sent<T: Send + Sync + 'static>(
+        &self,
+        conversation: Option<SentConversation<T>>,
+    ) {
         if let Ok(mut sent) = self.sent.lock() {
-            *sent = conversation.map(Arc::new);
+            *sent = conversation.map(|c| Arc::new(c) as Arc<dyn std::any::Any + Send + Sync>);
         }
     }
 

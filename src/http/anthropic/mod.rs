@@ -8,8 +8,9 @@ mod reply;
 mod request;
 mod stream;
 
-use super::body::read_json_noting_unknown;
+use super::body::read_body_noting_unknown;
 use super::{ApiError, AppState};
+use crate::chat::ChatRequest;
 use crate::metrics::Stage;
 use crate::session::Session;
 use crate::session::replies::TurnKey;
@@ -18,6 +19,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError, web};
 use request::KNOWN_FIELDS;
 pub use request::MessagesBody;
+use request::{Reply, read_messages};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -66,16 +68,19 @@ impl ResponseError for AnthropicError {
     }
 }
 
-/// The session and the body, read; unknown fields are logged at debug.
+/// The session, and the turn the body asks for with how to reply; unknown fields are logged
+/// at debug. `count_only`: `max_tokens` may be left out.
 async fn parse(
     state: &AppState,
     path: web::Path<String>,
     payload: web::Payload,
-) -> Result<(Arc<Session>, MessagesBody), AnthropicError> {
+    count_only: bool,
+) -> Result<(Arc<Session>, ChatRequest, Reply), AnthropicError> {
     let session = state.session(&path.into_inner())?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
-    let body = read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
-    Ok((session, body))
+    let body = read_body_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
+    let (request, reply) = read_messages(&session, &body, state.default_max_tokens, count_only)?;
+    Ok((session, request, reply))
 }
 
 /// One Messages turn: a `message`, or its events with `stream`.
@@ -85,16 +90,11 @@ pub async fn messages(
     payload: web::Payload,
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, AnthropicError> {
-    let (session, body) = parse(&state, path, payload).await?;
-    let model = body
-        .model
-        .clone()
-        .unwrap_or_else(|| state.model_name.clone());
-    let streamed = body.stream;
-    let mut request = body.into_request(state.default_max_tokens, false)?;
+    let (session, mut request, asked) = parse(&state, path, payload, false).await?;
+    let model = asked.model.unwrap_or_else(|| state.model_name.clone());
     request.key = key.map(web::ReqData::into_inner);
     let id = format!("msg_{}", &uuid::Uuid::new_v4().simple().to_string()[..24]);
-    if streamed {
+    if asked.stream {
         let turn = state.pipeline.stream(session, request).await?;
         return Ok(stream::respond(id, model, turn));
     }
@@ -120,8 +120,7 @@ async fn rendered(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<RenderedTurn, AnthropicError> {
-    let (session, body) = parse(&state, path, payload).await?;
-    let request = body.into_request(state.default_max_tokens, true)?;
+    let (session, request, _) = parse(&state, path, payload, true).await?;
     Ok(state.pipeline.render(&session, &request).await?)
 }
 

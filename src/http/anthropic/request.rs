@@ -5,12 +5,16 @@
 //! assistant turn's `tool_use` blocks become its tool calls and its `thinking` blocks its
 //! reasoning, so a reply sent back is matched to the tokens that were sampled for it.
 
+use crate::chat::SentConversation;
 use crate::chat::{
     CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
 use crate::generation::SamplingParams;
+use crate::http::ApiError;
+use crate::http::body::parse_json;
 use crate::http::error::BadRequest;
 use crate::session::Api;
+use crate::session::Session;
 use crate::tools::{DeclaredTools, ToolDialect};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -64,6 +68,48 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "mcp_servers",
 ];
 
+/// What one element of `messages` reads as: text for the system prompt (a `system`-role
+/// message's), or chat messages.
+#[derive(Debug, Default)]
+pub struct ReadMessage {
+    system: String,
+    messages: Vec<Arc<ChatMessage>>,
+}
+
+/// Reads a Messages body sent to `session`. `count_only`: `max_tokens` may be left out (token
+/// counting). A body that resends the conversation the session was last sent is parsed only
+/// from its first new message on (`chat::resent`); either way the session keeps this body's
+/// conversation for the next.
+pub fn read_messages(
+    session: &Session,
+    body: &[u8],
+    default_max_tokens: Option<u32>,
+    count_only: bool,
+) -> Result<(ChatRequest, Reply), ApiError> {
+    let sent = session.sent::<Arc<ReadMessage>>();
+    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
+        && let Ok(rest) = parse_json::<MessagesBody>(&resent.rest)
+        && let Ok((request, reply, read)) =
+            rest.into_request_after(resent.known(), default_max_tokens, count_only)
+    {
+        session.remember_sent(resent.remember(body, read));
+        return Ok((request, reply));
+    }
+    let whole = parse_json::<MessagesBody>(body)?;
+    let (request, reply, read) = whole.into_request_after(&[], default_max_tokens, count_only)?;
+    session.remember_sent(SentConversation::read(body, "messages", read));
+    Ok((request, reply))
+}
+
+/// What a Messages body asks of its reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The model asked for (the reply names it).
+    pub model: Option<String>,
+    /// Reply as server-sent events.
+    pub stream: bool,
+}
+
 impl MessagesBody {
     /// The turn this body asks for. `count_only`: `max_tokens` may be left out (token counting).
     pub fn into_request(
@@ -71,6 +117,18 @@ impl MessagesBody {
         default_max_tokens: Option<u32>,
         count_only: bool,
     ) -> Result<ChatRequest, BadRequest> {
+        let (request, _, _) = self.into_request_after(&[], default_max_tokens, count_only)?;
+        Ok(request)
+    }
+
+    /// The turn this body asks for, its messages following `known` ones; with how to reply
+    /// and what each message read as.
+    fn into_request_after(
+        self,
+        known: &[Arc<ReadMessage>],
+        default_max_tokens: Option<u32>,
+        count_only: bool,
+    ) -> Result<(ChatRequest, Reply, Vec<Arc<ReadMessage>>), BadRequest> {
         let max_tokens = match self.max_tokens {
             Some(0) => return Err(invalid("max_tokens: must be at least 1")),
             Some(n) => Some(n),
@@ -92,12 +150,22 @@ impl MessagesBody {
             None | Some(Value::Null) => String::new(),
             Some(system) => text_of(system, "system")?,
         };
-        let mut messages = Vec::with_capacity(turns.len() + 1);
+        let mut read = Vec::with_capacity(known.len() + turns.len());
+        read.extend_from_slice(known);
         for (i, message) in turns.iter().enumerate() {
-            read_message(i, message, &mut system, &mut messages)?;
+            read.push(Arc::new(read_message(known.len() + i, message)?));
+        }
+        let count = read.iter().map(|r| r.messages.len()).sum::<usize>();
+        let mut messages = Vec::with_capacity(1 + count);
+        for message in &read {
+            if !system.is_empty() && !message.system.is_empty() {
+                system.push('\n');
+            }
+            system.push_str(&message.system);
+            messages.extend(message.messages.iter().cloned());
         }
         if !system.is_empty() {
-            messages.insert(0, ChatMessage::text(Role::System, system));
+            messages.insert(0, Arc::new(ChatMessage::text(Role::System, system)));
         }
         let params = SamplingParams {
             max_tokens,
@@ -120,9 +188,13 @@ impl MessagesBody {
         if let Some(enabled) = self.thinking.as_ref().map(thinking_enabled).transpose()? {
             template_kwargs.insert("enable_thinking".into(), enabled.into());
         }
+        let reply = Reply {
+            model: self.model,
+            stream: self.stream,
+        };
         let request = ChatRequest {
             api: Api::Messages,
-            messages: messages.into_iter().map(Arc::new).collect(),
+            messages,
             tools,
             tools_left_out: Vec::new(),
             tool_choice,
@@ -138,7 +210,7 @@ impl MessagesBody {
             key: None,
         };
         request.check().map_err(|e| invalid(e.to_string()))?;
-        Ok(request)
+        Ok((request, reply, read))
     }
 }
 
@@ -146,14 +218,11 @@ fn invalid(message: impl Into<String>) -> BadRequest {
     BadRequest::new(message)
 }
 
-/// Appends the chat messages of `messages[i]`; a `system`-role message's text is added to
-/// `system` (templates want the system prompt first).
-fn read_message(
-    i: usize,
-    raw: &Value,
-    system: &mut String,
-    out: &mut Vec<ChatMessage>,
-) -> Result<(), BadRequest> {
+/// What `messages[i]` reads as: a `system`-role message's text goes to the system prompt
+/// (templates want it first), others become chat messages.
+fn read_message(i: usize, raw: &Value) -> Result<ReadMessage, BadRequest> {
+    let mut read = ReadMessage::default();
+    let mut out = Vec::new();
     let at = format!("messages[{i}]");
     let role = raw
         .get("role")
@@ -163,14 +232,8 @@ fn read_message(
         .get("content")
         .ok_or_else(|| invalid(format!("{at}.content: Field required")))?;
     match role {
-        "system" => {
-            let text = text_of(content, &at)?;
-            if !system.is_empty() && !text.is_empty() {
-                system.push('\n');
-            }
-            system.push_str(&text);
-        }
-        "user" => read_user(&at, content, out)?,
+        "system" => read.system = text_of(content, &at)?,
+        "user" => read_user(&at, content, &mut out)?,
         "assistant" => out.push(read_assistant(&at, content)?),
         other => {
             return Err(invalid(format!(
@@ -178,7 +241,8 @@ fn read_message(
             )));
         }
     }
-    Ok(())
+    read.messages = out.into_iter().map(Arc::new).collect();
+    Ok(read)
 }
 
 /// The content blocks of a message (a string is one text block).
@@ -351,7 +415,52 @@ fn thinking_enabled(thinking: &Value) -> Result<bool, BadRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::resent::testing::{damaged, reads_alike};
     use serde_json::json;
+
+    #[test]
+    fn a_resent_conversation_reads_exactly_as_a_fresh_one() {
+        let outcome =
+            |session: &Session, body: &[u8]| match read_messages(session, body, None, false) {
+                Ok((request, reply)) => format!("{request:?} {reply:?}"),
+                Err(error) => format!("error: {}", error.message),
+            };
+        let mut messages = vec![json!({"role": "user", "content": "fix \"it\" ]}"})];
+        let body = |messages: &[Value], extra: &str| {
+            let messages = serde_json::to_string(messages).unwrap();
+            format!(r#"{{"model": "m", "max_tokens": 64, "system": "S", "messages": {messages}{extra}}}"#)
+                .into_bytes()
+        };
+        let tools = r#", "tools": [{"name": "f", "input_schema": {"type": "object"}}]"#;
+        let extras = [
+            tools,
+            r#", "temperature": 0.5"#,
+            r#", "temperature": 7"#,
+            "",
+        ];
+        for turn in 0..24 {
+            let before = body(&messages, tools);
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": ""},
+                {"type": "text", "text": format!("x{turn}")},
+                {"type": "tool_use", "id": format!("toolu_{turn}"), "name": "f", "input": {"a": [1]}}]}));
+            let result = json!({"type": "tool_result", "tool_use_id": format!("toolu_{turn}"), "content": "ok"});
+            messages.push(json!({"role": "user", "content": [result]}));
+            if turn % 5 == 0 {
+                messages.push(json!({"role": "system", "content": format!("note {turn}")}));
+            }
+            let after = body(&messages, extras[turn % extras.len()]);
+            reads_alike(&before, &after, outcome);
+            let sessions = crate::session::SessionStore::default();
+            let session = sessions.create(Default::default()).unwrap();
+            outcome(&session, &before);
+            let sent = session.sent::<Arc<ReadMessage>>().expect("kept");
+            assert!(sent.resent_in(&after).is_some(), "the body resends it");
+            for damaged in damaged(&after, turn as u64, 8) {
+                reads_alike(&before, &damaged, outcome);
+            }
+        }
+    }
 
     fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         serde_json::from_value::<MessagesBody>(body)

@@ -106,7 +106,7 @@ pub fn read_chat(
     body: &[u8],
     default_max_tokens: Option<u32>,
 ) -> Result<ChatCall, ApiError> {
-    let sent = session.sent();
+    let sent = session.sent::<Arc<ChatMessage>>();
     if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
         && let Ok(rest) = parse_json::<ChatCompletionBody>(&resent.rest)
         && let Ok(call) = rest.validate_after(resent.known(), default_max_tokens)
@@ -115,7 +115,8 @@ pub fn read_chat(
         return Ok(call);
     }
     let call = parse_json::<ChatCompletionBody>(body)?.validate(default_max_tokens)?;
-    session.remember_sent(SentConversation::read(body, call.turn.messages.clone()));
+    let messages = call.turn.messages.clone();
+    session.remember_sent(SentConversation::read(body, "messages", messages));
     Ok(call)
 }
 
@@ -242,32 +243,16 @@ fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::resent::testing::{damaged, reads_alike};
     use crate::session::{SessionOptions, SessionStore};
     use serde_json::json;
 
-    /// What a body reads as: the turn and reply options, or the error.
-    fn outcome(read: Result<ChatCall, ApiError>) -> String {
-        match read {
+    /// What a body reads as on `session`: the turn and reply options, or the error.
+    fn outcome(session: &Session, body: &[u8]) -> String {
+        match read_chat(session, body, Some(16)) {
             Ok(call) => format!("{:?} {:?}", call.turn, call.reply),
             Err(error) => format!("error: {}", error.message),
         }
-    }
-
-    /// Reading `body` after `before` on one session reads it exactly as a fresh session does.
-    fn reads_alike(before: &[u8], body: &[u8]) {
-        let store = SessionStore::default();
-        let session = store.create(SessionOptions::default()).unwrap();
-        let _ = read_chat(&session, before, Some(16));
-        let after_before = outcome(read_chat(&session, body, Some(16)));
-        let fresh = store.create(SessionOptions::default()).unwrap();
-        let alone = outcome(read_chat(&fresh, body, Some(16)));
-        assert_eq!(
-            after_before,
-            alone,
-            "{}\nafter\n{}",
-            String::from_utf8_lossy(body),
-            String::from_utf8_lossy(before)
-        );
     }
 
     #[test]
@@ -280,19 +265,10 @@ mod tests {
             let messages = serde_json::to_string(messages).unwrap();
             format!(r#"{{"model": "m", "messages": {messages}{extra}}}"#).into_bytes()
         };
-        // A small generator: the same sequence on every run.
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let tools = r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#;
+        let extras = [tools, r#", "temperature": 0.5, "n": 2"#, r#", "n": 0"#, ""];
         for turn in 0..24 {
-            let before = body(
-                &messages,
-                r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#,
-            );
+            let before = body(&messages, tools);
             messages.push(
                 json!({"role": "assistant", "content": format!("x{turn} \"}}"),
                 "tool_calls": [{"id": format!("c{turn}"), "type": "function",
@@ -300,31 +276,17 @@ mod tests {
             );
             messages
                 .push(json!({"role": "tool", "tool_call_id": format!("c{turn}"), "content": "ok"}));
-            let extras = [
-                r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#,
-                r#", "temperature": 0.5, "n": 2"#,
-                r#", "n": 0"#,
-                "",
-            ];
             let after = body(&messages, extras[turn % extras.len()]);
-            reads_alike(&before, &after);
+            reads_alike(&before, &after, outcome);
+            reads_alike(&before, &before, outcome);
             let store = SessionStore::default();
             let session = store.create(SessionOptions::default()).unwrap();
             read_chat(&session, &before, None).unwrap();
-            let sent = session.sent().expect("the conversation is kept");
+            let sent = session.sent::<Arc<ChatMessage>>().expect("kept");
             let resent = sent.resent_in(&after).expect("the body resends it");
             assert_eq!(resent.known().len(), messages.len() - 2);
-            reads_alike(&before, &before);
-            // Damage anywhere: a flipped byte, a cut, a comma where the array could end.
-            for _ in 0..8 {
-                let mut damaged = after.clone();
-                let at = next() as usize % damaged.len();
-                match next() % 3 {
-                    0 => damaged[at] ^= 1 << (next() % 7),
-                    1 => damaged.truncate(at),
-                    _ => damaged.insert(at, b','),
-                }
-                reads_alike(&before, &damaged);
+            for damaged in damaged(&after, turn as u64, 8) {
+                reads_alike(&before, &damaged, outcome);
             }
         }
     }

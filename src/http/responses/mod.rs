@@ -9,7 +9,7 @@ mod reply;
 mod request;
 mod stream;
 
-use super::body::read_json_noting_unknown;
+use super::body::read_body_noting_unknown;
 use super::{ApiError, AppState};
 use crate::metrics::Stage;
 use crate::session::Session;
@@ -18,7 +18,7 @@ use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
 use request::KNOWN_FIELDS;
 pub use request::{Item, ResponsesBody, input_items};
-use serde_json::value::RawValue;
+use request::{SentItem, read_responses};
 use std::sync::Arc;
 
 /// Where a finished response is kept (when the request lets it be).
@@ -36,7 +36,7 @@ struct Conversation {
     /// The response named by `previous_response_id`.
     previous: Option<Arc<StoredResponse>>,
     /// The request's own input items, as sent.
-    input: Vec<Box<RawValue>>,
+    input: Vec<Arc<SentItem>>,
 }
 
 impl Conversation {
@@ -48,7 +48,7 @@ impl Conversation {
             .map(|previous| previous.conversation());
         let stored = stored.into_iter().flatten().map(Item::Stored);
         stored
-            .chain(self.input.iter().map(|raw| Item::Sent(raw)))
+            .chain(self.input.iter().map(|sent| Item::Sent(sent)))
             .collect()
     }
 }
@@ -63,7 +63,7 @@ fn keep(finished: Finished, output: &[reply::OutputItem], response: &reply::Resp
     let Conversation { previous, input } = finished.conversation;
     let input = input
         .iter()
-        .filter_map(|raw| serde_json::from_str(raw.get()).ok());
+        .filter_map(|sent| serde_json::from_str(sent.raw().get()).ok());
     let output = output
         .iter()
         .filter_map(|item| serde_json::to_value(item).ok());
@@ -91,8 +91,8 @@ async fn parse(
 ) -> Result<(Arc<Session>, ResponsesBody, Conversation), ApiError> {
     let session = state.session(&path.into_inner())?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
-    let mut body: ResponsesBody =
-        read_json_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
+    let bytes = read_body_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
+    let (body, input) = read_responses(&session, &bytes)?;
     let previous = match &body.previous_response_id {
         Some(id) => Some(session.responses.get(id).ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -101,7 +101,6 @@ async fn parse(
         })?),
         None => None,
     };
-    let input = input_items(body.input.take())?;
     Ok((session, body, Conversation { previous, input }))
 }
 

@@ -6,18 +6,23 @@
 //! `function_call_output` becomes the template's tool message. Built-in tools (`web_search`,
 //! ...) are left out of the prompt and named in the node's turn.
 
+use crate::chat::SentConversation;
 use crate::chat::{
     CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
 use crate::generation::SamplingParams;
+use crate::http::ApiError;
+use crate::http::body::parse_json;
 use crate::http::error::BadRequest;
 use crate::session::Api;
+use crate::session::Session;
 use crate::tools::{DeclaredTools, ToolDialect};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
@@ -112,22 +117,67 @@ fn decrypt_reasoning(content: &str) -> Option<String> {
 /// The input as a list of items, each still JSON text (a string is one user message): an
 /// agent resends its whole conversation every turn, and only the fields the conversation
 /// needs are read from it.
-pub fn input_items(input: Option<Box<RawValue>>) -> Result<Vec<Box<RawValue>>, BadRequest> {
+pub fn input_items(input: Option<Box<RawValue>>) -> Result<Vec<Arc<SentItem>>, BadRequest> {
     let Some(input) = input else {
         return Ok(Vec::new());
     };
     let not_items = || invalid("input: must be a string or a list of items");
-    match input.get().as_bytes().first() {
+    let items: Vec<Box<RawValue>> = match input.get().as_bytes().first() {
         Some(b'"') => {
             let text: String = serde_json::from_str(input.get()).map_err(|_| not_items())?;
             let item = serde_json::json!({"type": "message", "role": "user", "content": text});
-            Ok(vec![
-                serde_json::value::to_raw_value(&item).map_err(|_| not_items())?,
-            ])
+            vec![serde_json::value::to_raw_value(&item).map_err(|_| not_items())?]
         }
-        Some(b'[') => serde_json::from_str(input.get()).map_err(|_| not_items()),
-        Some(b'n') => Ok(Vec::new()),
-        _ => Err(not_items()),
+        Some(b'[') => serde_json::from_str(input.get()).map_err(|_| not_items())?,
+        Some(b'n') => Vec::new(),
+        _ => return Err(not_items()),
+    };
+    Ok(items
+        .into_iter()
+        .map(|raw| Arc::new(SentItem::new(raw)))
+        .collect())
+}
+
+/// Reads a Responses body sent to `session`: the body, and its input items. A body that
+/// resends the input the session was last sent is parsed only from its first new item on
+/// (`chat::resent`); either way the session keeps this body's items for the next.
+pub fn read_responses(
+    session: &Session,
+    body: &[u8],
+) -> Result<(ResponsesBody, Vec<Arc<SentItem>>), ApiError> {
+    let sent = session.sent::<Arc<SentItem>>();
+    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
+        && let Ok(mut rest) = parse_json::<ResponsesBody>(&resent.rest)
+        && let Ok(new) = input_items(rest.input.take())
+    {
+        let mut items = resent.known().to_vec();
+        items.extend(new);
+        session.remember_sent(resent.remember(body, items.clone()));
+        return Ok((rest, items));
+    }
+    let mut whole = parse_json::<ResponsesBody>(body)?;
+    let items = input_items(whole.input.take())?;
+    session.remember_sent(SentConversation::read(body, "input", items.clone()));
+    Ok((whole, items))
+}
+
+/// An input item as a request sent it: its text (kept as it is when the response is stored)
+/// and the fields the conversation reads from it (`None`: not an item object).
+#[derive(Debug)]
+pub struct SentItem {
+    raw: Box<RawValue>,
+    wire: Option<WireItem>,
+}
+
+impl SentItem {
+    fn new(raw: Box<RawValue>) -> Self {
+        let wire = serde_json::from_str(raw.get()).ok();
+        Self { raw, wire }
+    }
+
+    /// The item as sent.
+    pub fn raw(&self) -> &RawValue {
+        &self.raw
     }
 }
 
@@ -135,13 +185,13 @@ pub fn input_items(input: Option<Box<RawValue>>) -> Result<Vec<Box<RawValue>>, B
 #[derive(Debug, Clone, Copy)]
 pub enum Item<'a> {
     /// Sent with this request.
-    Sent(&'a RawValue),
+    Sent(&'a SentItem),
     /// Kept by the response the request continues.
     Stored(&'a Value),
 }
 
 /// The fields of an input item the conversation reads; any other is skipped unread.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct WireItem {
     #[serde(rename = "type")]
     kind: Option<Value>,
@@ -166,13 +216,13 @@ struct WirePart {
     text: Option<Value>,
 }
 
-impl Item<'_> {
-    fn read(self, at: At) -> Result<WireItem, BadRequest> {
+impl<'a> Item<'a> {
+    fn read(self, at: At) -> Result<Cow<'a, WireItem>, BadRequest> {
         let read = match self {
-            Item::Sent(raw) => serde_json::from_str(raw.get()),
-            Item::Stored(value) => WireItem::deserialize(value),
+            Item::Sent(sent) => sent.wire.as_ref().map(Cow::Borrowed),
+            Item::Stored(value) => WireItem::deserialize(value).ok().map(Cow::Owned),
         };
-        read.map_err(|_| invalid(format!("{at}: must be an item object")))
+        read.ok_or_else(|| invalid(format!("{at}: must be an item object")))
     }
 }
 
@@ -519,13 +569,63 @@ fn reasoning_text(item: &WireItem) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::resent::testing::{damaged, reads_alike};
     use serde_json::json;
+
+    #[test]
+    fn a_resent_conversation_reads_exactly_as_a_fresh_one() {
+        let outcome = |session: &Session, body: &[u8]| match read_responses(session, body) {
+            Ok((body, items)) => {
+                let sent: Vec<&str> = items.iter().map(|item| item.raw().get()).collect();
+                let items: Vec<Item> = items.iter().map(|sent| Item::Sent(sent)).collect();
+                let request = body.to_request(&items, Some(16));
+                format!("{request:?} {sent:?}")
+            }
+            Err(error) => format!("error: {}", error.message),
+        };
+        let mut items = vec![json!({"role": "user", "content": "fix \"it\" ]}"})];
+        let body = |items: &[Value], extra: &str| {
+            let items = serde_json::to_string(items).unwrap();
+            format!(r#"{{"model": "m", "instructions": "I", "input": {items}{extra}}}"#)
+                .into_bytes()
+        };
+        let store = r#", "store": false"#;
+        let extras = [
+            store,
+            r#", "temperature": 0.5"#,
+            r#", "temperature": 7"#,
+            "",
+        ];
+        for turn in 0..24 {
+            let before = body(&items, store);
+            items.push(json!({"type": "reasoning", "id": format!("rs_{turn}"),
+                "summary": [{"type": "summary_text", "text": "hm"}]}));
+            items.push(
+                json!({"type": "function_call", "call_id": format!("c{turn}"),
+                "name": "f", "arguments": "{}"}),
+            );
+            items.push(
+                json!({"type": "function_call_output", "call_id": format!("c{turn}"),
+                "output": [{"type": "input_text", "text": "ok"}]}),
+            );
+            let after = body(&items, extras[turn % extras.len()]);
+            reads_alike(&before, &after, outcome);
+            let sessions = crate::session::SessionStore::default();
+            let session = sessions.create(Default::default()).unwrap();
+            outcome(&session, &before);
+            let sent = session.sent::<Arc<SentItem>>().expect("kept");
+            assert!(sent.resent_in(&after).is_some(), "the body resends it");
+            for damaged in damaged(&after, turn as u64, 8) {
+                reads_alike(&before, &damaged, outcome);
+            }
+        }
+    }
 
     fn read(body: Value) -> Result<ChatRequest, BadRequest> {
         let body: ResponsesBody = serde_json::from_value(body).unwrap();
         let mut body = body;
         let items = input_items(body.input.take())?;
-        let items: Vec<Item> = items.iter().map(|raw| Item::Sent(raw)).collect();
+        let items: Vec<Item> = items.iter().map(|sent| Item::Sent(sent)).collect();
         body.to_request(&items, None)
     }
 
