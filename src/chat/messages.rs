@@ -81,6 +81,7 @@ pub struct ChatMessage {
 struct Derived {
     digest: OnceLock<u64>,
     fingerprint: OnceLock<u64>,
+    call_hashes: OnceLock<Vec<u64>>,
     template: OnceLock<TemplateValue>,
 }
 
@@ -213,6 +214,17 @@ impl ChatMessage {
             let content = self.content.as_deref().unwrap_or("");
             let ids = self.tool_calls.iter().map(|c| c.id.as_str());
             crate::session::message_fingerprint(content, ids)
+        })
+    }
+
+    /// Each call's hash ([`crate::session::completion::tool_call_hash`]: its name and its
+    /// arguments parsed), as the calls the session issued are recorded.
+    pub fn call_hashes(&self) -> &[u64] {
+        self.derived.call_hashes.get_or_init(|| {
+            let hash = |call: &ToolCall| {
+                crate::session::completion::tool_call_hash(&call.name, &call.arguments_value())
+            };
+            self.tool_calls.iter().map(hash).collect()
         })
     }
 

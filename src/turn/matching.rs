@@ -120,31 +120,31 @@ fn calls_match(
         return None;
     }
     let mut changes = Vec::new();
-    for (issued, sent) in issued.iter().zip(&message.tool_calls) {
+    let sent_calls = message.tool_calls.iter().zip(message.call_hashes());
+    for (issued, (sent, &sent_hash)) in issued.iter().zip(sent_calls) {
         if issued.id != sent.id {
             return None;
         }
-        if let Some(change) = handed_back(issued, sent, tools)? {
+        if let Some(change) = handed_back(issued, (sent, sent_hash), tools)? {
             changes.push(change);
         }
     }
     Some(changes)
 }
 
-/// Whether `sent` is the call `issued`: `Some(None)` unchanged, `Some(Some(change))` changed
-/// only as a client may change it, `None` another call.
+/// Whether `sent` (with its call hash) is the call `issued`: `Some(None)` unchanged,
+/// `Some(Some(change))` changed only as a client may change it, `None` another call.
 fn handed_back(
     issued: &IssuedToolCall,
-    sent: &ToolCall,
+    (sent, sent_hash): (&ToolCall, u64),
     tools: Option<&DeclaredTools>,
 ) -> Option<Option<EchoChange>> {
-    let arguments = sent.arguments_value();
     let change = |change: &'static str, keys: Vec<String>| EchoChange {
         id: issued.id.clone(),
         change,
         keys,
     };
-    if issued.call_hash == tool_call_hash(&sent.name, &arguments) {
+    if issued.call_hash == sent_hash {
         let rewritten = match (&issued.echo, &sent.arguments) {
             (Some(echo), Value::String(text)) => {
                 xxhash_rust::xxh3::xxh3_64(text.as_bytes()) != echo.text_hash
@@ -154,6 +154,7 @@ fn handed_back(
         return Some(rewritten.then(|| change("formatting", Vec::new())));
     }
     let echo = issued.echo.as_ref()?;
+    let arguments = sent.arguments_value();
     let schema = tools.and_then(|t| t.parameters(&sent.name));
     let sent = canonical(&sent.name, &arguments, schema);
     if sent.hash != echo.canonical_hash {
