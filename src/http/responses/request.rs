@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::OnceLock;
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]
@@ -167,12 +168,18 @@ pub fn read_responses(
 pub struct SentItem {
     raw: Box<RawValue>,
     wire: Option<WireItem>,
+    /// The conversation read up to and with this item, once a request read it whole.
+    read_so_far: OnceLock<ReadSoFar>,
 }
 
 impl SentItem {
     fn new(raw: Box<RawValue>) -> Self {
         let wire = serde_json::from_str(raw.get()).ok();
-        Self { raw, wire }
+        Self {
+            raw,
+            wire,
+            read_so_far: OnceLock::new(),
+        }
     }
 
     /// The item as sent.
@@ -246,14 +253,8 @@ impl ResponsesBody {
             Some(format) => response_format(format)?,
             None => ResponseFormat::Text,
         };
-        let mut conversation = Conversation {
-            system: self.instructions.clone().unwrap_or_default(),
-            ..Conversation::default()
-        };
-        for (i, item) in items.iter().enumerate() {
-            conversation.read(i, *item)?;
-        }
-        let messages = conversation.finish();
+        let instructions = self.instructions.as_deref().unwrap_or_default();
+        let messages = Conversation::read_all(items)?.finish(instructions);
         if messages.is_empty() {
             return Err(invalid("input: no message to answer"));
         }
@@ -273,7 +274,7 @@ impl ResponsesBody {
         }
         let request = ChatRequest {
             api: Api::Responses,
-            messages: messages.into_iter().map(Arc::new).collect(),
+            messages,
             tools,
             tools_left_out,
             tool_choice: match &self.tool_choice {
@@ -377,10 +378,21 @@ fn tool_choice(choice: &Value) -> Result<ToolChoice, BadRequest> {
 /// The conversation being read, item by item.
 #[derive(Default)]
 struct Conversation {
-    system: String,
-    messages: Vec<ChatMessage>,
+    /// The texts of `system` and `developer` items, which follow `instructions` in the system
+    /// prompt.
+    system: Vec<String>,
+    messages: Vec<Arc<ChatMessage>>,
     /// The model turn being read: its text, reasoning and calls.
     turn: Option<ModelTurn>,
+}
+
+/// The conversation as read up to and with an item, kept on it: a body that resends the item
+/// (`chat::resent`) goes on reading from there, and its messages are the same (each with what
+/// it derived: digest, fingerprint, template value).
+#[derive(Debug)]
+struct ReadSoFar {
+    system: Vec<String>,
+    messages: Vec<Arc<ChatMessage>>,
 }
 
 #[derive(Default)]
@@ -432,7 +444,7 @@ impl Conversation {
                 let output = text_of(at, "output", item.output.as_deref())?;
                 let mut result = ChatMessage::text(Role::Tool, output);
                 result.extra.insert("tool_call_id".into(), id.into());
-                self.messages.push(result);
+                self.messages.push(Arc::new(result));
                 Ok(())
             }
             "reasoning" => {
@@ -456,15 +468,11 @@ impl Conversation {
         let text = text_of(at, "content", item.content.as_deref())?;
         match role {
             "assistant" => self.turn.get_or_insert_default().texts.push(text),
-            "system" | "developer" => {
-                if !self.system.is_empty() && !text.is_empty() {
-                    self.system.push_str("\n\n");
-                }
-                self.system.push_str(&text);
-            }
+            "system" | "developer" => self.system.push(text),
             "user" => {
                 self.end_turn();
-                self.messages.push(ChatMessage::text(Role::User, text));
+                self.messages
+                    .push(Arc::new(ChatMessage::text(Role::User, text)));
             }
             other => {
                 return Err(invalid(format!(
@@ -487,18 +495,58 @@ impl Conversation {
                 .extra
                 .insert("reasoning_content".into(), reasoning.join("\n").into());
         }
-        self.messages.push(reply);
+        self.messages.push(Arc::new(reply));
     }
 
-    fn finish(mut self) -> Vec<ChatMessage> {
+    /// The messages, the system prompt (`instructions`, then the system items' texts) first.
+    fn finish(mut self, instructions: &str) -> Vec<Arc<ChatMessage>> {
         self.end_turn();
-        if !self.system.is_empty() {
-            self.messages.insert(
-                0,
-                ChatMessage::text(Role::System, std::mem::take(&mut self.system)),
-            );
+        let mut system = instructions.to_string();
+        for text in &self.system {
+            if !system.is_empty() && !text.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(text);
+        }
+        if !system.is_empty() {
+            let system = ChatMessage::text(Role::System, system);
+            self.messages.insert(0, Arc::new(system));
         }
         self.messages
+    }
+
+    /// Reads `items`, going on from the last sent item that kept the conversation read up to
+    /// it; the last item keeps it in turn when every item was sent (a stored response's
+    /// items come first and are not kept) and no model turn is left open.
+    fn read_all(items: &[Item]) -> Result<Self, BadRequest> {
+        let mut conversation = Self::default();
+        let all_sent = items.iter().all(|item| matches!(item, Item::Sent(_)));
+        let kept = items
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, item)| match item {
+                Item::Sent(sent) if all_sent => sent.read_so_far.get().map(|kept| (i + 1, kept)),
+                _ => None,
+            });
+        let from = match kept {
+            Some((from, kept)) => {
+                conversation.system.clone_from(&kept.system);
+                conversation.messages.clone_from(&kept.messages);
+                from
+            }
+            None => 0,
+        };
+        for (i, item) in items.iter().enumerate().skip(from) {
+            conversation.read(i, *item)?;
+        }
+        if let (true, None, Some(Item::Sent(last))) = (all_sent, &conversation.turn, items.last()) {
+            let _ = last.read_so_far.set(ReadSoFar {
+                system: conversation.system.clone(),
+                messages: conversation.messages.clone(),
+            });
+        }
+        Ok(conversation)
     }
 }
 
@@ -615,6 +663,15 @@ mod tests {
             outcome(&session, &before);
             let sent = session.sent::<Arc<SentItem>>().expect("kept");
             assert!(sent.resent_in(&after).is_some(), "the body resends it");
+            // The messages read before are the same ones (with what they derived).
+            let request = |body: &[u8]| {
+                let (body, items) = read_responses(&session, body).unwrap();
+                let items: Vec<Item> = items.iter().map(|sent| Item::Sent(sent)).collect();
+                body.to_request(&items, None)
+            };
+            if let (Ok(first), Ok(second)) = (request(&before), request(&after)) {
+                assert!(Arc::ptr_eq(&first.messages[1], &second.messages[1]));
+            }
             for damaged in damaged(&after, turn as u64, 8) {
                 reads_alike(&before, &damaged, outcome);
             }
