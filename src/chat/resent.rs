@@ -235,12 +235,37 @@ pub(crate) mod testing {
             .collect()
     }
 
+    /// The extra fields of a rollout's bodies, turn by turn: a field kept, a sampling change, a
+    /// value out of range, none.
+    pub fn extras(kept: &'static str, turn: usize) -> &'static str {
+        [kept, r#", "temperature": 0.5"#, r#", "temperature": 7"#, ""][turn % 4]
+    }
+
+    /// Checks one turn of a rollout: `after` resends `before`'s conversation (`resent` says
+    /// whether a session that read `before` keeps it so), and it and damaged copies of it
+    /// read alike after `before` and alone.
+    pub fn check_turn(
+        (before, after): (&[u8], &[u8]),
+        seed: u64,
+        read: impl Fn(&crate::session::Session, &[u8]) -> String,
+        resent: impl Fn(&crate::session::Session, &[u8]) -> bool,
+    ) {
+        reads_alike(before, after, &read);
+        let store = crate::session::SessionStore::default();
+        let session = store.create(Default::default()).unwrap();
+        read(&session, before);
+        assert!(resent(&session, after), "the body resends the conversation");
+        for damaged in damaged(after, seed, 8) {
+            reads_alike(before, &damaged, &read);
+        }
+    }
+
     /// Asserts that `read` gives the same outcome for `body` on a session that read `before`
     /// as on a fresh one; `read(fresh, body)` gives a printable outcome.
     pub fn reads_alike(
         before: &[u8],
         body: &[u8],
-        read: impl Fn(&crate::session::Session, &[u8]) -> String,
+        read: &impl Fn(&crate::session::Session, &[u8]) -> String,
     ) {
         use crate::session::{SessionOptions, SessionStore};
         let store = SessionStore::default();

@@ -415,7 +415,7 @@ fn thinking_enabled(thinking: &Value) -> Result<bool, BadRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::resent::testing::{damaged, reads_alike};
+    use crate::chat::resent::testing::{check_turn, extras};
     use serde_json::json;
 
     #[test]
@@ -432,12 +432,6 @@ mod tests {
                 .into_bytes()
         };
         let tools = r#", "tools": [{"name": "f", "input_schema": {"type": "object"}}]"#;
-        let extras = [
-            tools,
-            r#", "temperature": 0.5"#,
-            r#", "temperature": 7"#,
-            "",
-        ];
         for turn in 0..24 {
             let before = body(&messages, tools);
             messages.push(json!({"role": "assistant", "content": [
@@ -449,16 +443,12 @@ mod tests {
             if turn % 5 == 0 {
                 messages.push(json!({"role": "system", "content": format!("note {turn}")}));
             }
-            let after = body(&messages, extras[turn % extras.len()]);
-            reads_alike(&before, &after, outcome);
-            let sessions = crate::session::SessionStore::default();
-            let session = sessions.create(Default::default()).unwrap();
-            outcome(&session, &before);
-            let sent = session.sent::<Arc<ReadMessage>>().expect("kept");
-            assert!(sent.resent_in(&after).is_some(), "the body resends it");
-            for damaged in damaged(&after, turn as u64, 8) {
-                reads_alike(&before, &damaged, outcome);
-            }
+            let after = body(&messages, extras(tools, turn));
+            let resent = |session: &Session, body: &[u8]| {
+                let sent = session.sent::<Arc<ReadMessage>>();
+                sent.is_some_and(|sent| sent.resent_in(body).is_some())
+            };
+            check_turn((&before, &after), turn as u64, outcome, resent);
         }
     }
 

@@ -243,8 +243,7 @@ fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::resent::testing::{damaged, reads_alike};
-    use crate::session::{SessionOptions, SessionStore};
+    use crate::chat::resent::testing::{check_turn, extras};
     use serde_json::json;
 
     /// What a body reads as on `session`: the turn and reply options, or the error.
@@ -266,7 +265,6 @@ mod tests {
             format!(r#"{{"model": "m", "messages": {messages}{extra}}}"#).into_bytes()
         };
         let tools = r#", "tools": [{"type": "function", "function": {"name": "f"}}]"#;
-        let extras = [tools, r#", "temperature": 0.5, "n": 2"#, r#", "n": 0"#, ""];
         for turn in 0..24 {
             let before = body(&messages, tools);
             messages.push(
@@ -276,18 +274,14 @@ mod tests {
             );
             messages
                 .push(json!({"role": "tool", "tool_call_id": format!("c{turn}"), "content": "ok"}));
-            let after = body(&messages, extras[turn % extras.len()]);
-            reads_alike(&before, &after, outcome);
-            reads_alike(&before, &before, outcome);
-            let store = SessionStore::default();
-            let session = store.create(SessionOptions::default()).unwrap();
-            read_chat(&session, &before, None).unwrap();
-            let sent = session.sent::<Arc<ChatMessage>>().expect("kept");
-            let resent = sent.resent_in(&after).expect("the body resends it");
-            assert_eq!(resent.known().len(), messages.len() - 2);
-            for damaged in damaged(&after, turn as u64, 8) {
-                reads_alike(&before, &damaged, outcome);
-            }
+            let after = body(&messages, extras(tools, turn));
+            let known = messages.len() - 2;
+            let resent = |session: &Session, body: &[u8]| {
+                let sent = session.sent::<Arc<ChatMessage>>();
+                let resent = sent.as_deref().and_then(|sent| sent.resent_in(body));
+                resent.is_some_and(|resent| resent.known().len() == known)
+            };
+            check_turn((&before, &after), turn as u64, outcome, resent);
         }
     }
 }
