@@ -128,8 +128,8 @@ impl Route {
 }
 
 /// Every route, in the order they are tried. A rollout's routes with more than one segment
-/// come first: each pattern with a session id is a regex, and a turn is the request served
-/// most often. None of those patterns matches a fixed route's path; `/{uuid}` would
+/// come first, the turns of the three conversation APIs leading: each pattern with a session
+/// id is a regex tried in turn, and a turn is the request served most often. None of those patterns matches a fixed route's path; `/{uuid}` would
 /// (`/health`), so it stays last.
 pub fn table() -> Vec<Route> {
     use Access::{Client, Operator, Public};
@@ -142,6 +142,10 @@ pub fn table() -> Vec<Route> {
             openai::chat::completions,
         )
         .turn(),
+        Route::new(Post, "/{uuid}/v1/messages", Client, anthropic::messages)
+            .anthropic()
+            .turn(),
+        Route::new(Post, "/{uuid}/v1/responses", Client, responses::create).turn(),
         Route::new(
             Post,
             "/{uuid}/v1/chat/completions/render",
@@ -155,9 +159,6 @@ pub fn table() -> Vec<Route> {
             openai::completions::completions,
         )
         .turn(),
-        Route::new(Post, "/{uuid}/v1/messages", Client, anthropic::messages)
-            .anthropic()
-            .turn(),
         Route::new(
             Post,
             "/{uuid}/v1/messages/count_tokens",
@@ -172,7 +173,6 @@ pub fn table() -> Vec<Route> {
             anthropic::render,
         )
         .anthropic(),
-        Route::new(Post, "/{uuid}/v1/responses", Client, responses::create).turn(),
         Route::new(
             Post,
             "/{uuid}/v1/responses/render",

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The body of `POST /v1/responses`, as sent. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]
@@ -42,7 +42,7 @@ pub struct ResponsesBody {
     tools: Option<Box<RawValue>>,
     /// The kind and name of each declared tool, read from `tools` when first asked.
     #[serde(skip)]
-    declared: std::sync::OnceLock<Vec<Declared>>,
+    declared: std::sync::OnceLock<Arc<[Declared]>>,
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -318,6 +318,12 @@ fn response_format(format: &Value) -> Result<ResponseFormat, BadRequest> {
     }
 }
 
+/// A tool list's text, and what it declares.
+type ReadTools = (Box<str>, Arc<[Declared]>);
+
+/// The last tool list read by [`ResponsesBody::declared`].
+static LAST_DECLARED: Mutex<Option<ReadTools>> = Mutex::new(None);
+
 /// A declared tool's kind and name, read without its schema.
 #[derive(Debug, Deserialize)]
 struct Declared {
@@ -336,12 +342,24 @@ fn left_out(declared: &[Declared]) -> Vec<String> {
 }
 
 impl ResponsesBody {
-    /// The kind and name of each declared tool (read once per request).
+    /// The kind and name of each declared tool: read once per request, and once while the
+    /// same list comes again (an agent declares the same tools every turn).
     fn declared(&self) -> &[Declared] {
         self.declared.get_or_init(|| {
-            let raw = self.tools.as_deref();
-            raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+            let Some(raw) = self.tools.as_deref() else {
+                return Arc::from([]);
+            };
+            let mut last = LAST_DECLARED.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((text, declared)) = &*last
+                && **text == *raw.get()
+            {
+                return declared.clone();
+            }
+            let declared: Arc<[Declared]> = serde_json::from_str::<Vec<Declared>>(raw.get())
                 .unwrap_or_default()
+                .into();
+            *last = Some((raw.get().into(), declared.clone()));
+            declared
         })
     }
 
