@@ -5,6 +5,7 @@
 //! object ([`reply`]) or as Responses events ([`stream`]). Responses are kept on the session
 //! (unless `store: false`) so a request may continue one with `previous_response_id`.
 
+mod items;
 mod reply;
 mod request;
 mod stream;
@@ -16,9 +17,11 @@ use crate::session::Session;
 use crate::session::replies::TurnKey;
 use crate::session::responses::StoredResponse;
 use actix_web::{HttpResponse, web};
+use items::SentItem;
+pub use items::{Item, input_items};
 use request::KNOWN_FIELDS;
-pub use request::{Item, ResponsesBody, input_items};
-use request::{SentItem, read_responses};
+pub use request::ResponsesBody;
+use request::read_responses;
 use std::sync::Arc;
 
 /// Where a finished response is kept (when the request lets it be).

@@ -1,7 +1,7 @@
 //! A turn's reply as a Responses `response` object: output items in document order
 //! (`reasoning`, `message` with `output_text`, `function_call`), status and usage.
 
-use super::request::encrypt_reasoning;
+use super::items::encrypt_reasoning;
 use crate::turn::{Finish, Reply, ReplyPart, ReturnedCall, Usage};
 use serde::Serialize;
 use serde_json::{Value, json};
