@@ -37,42 +37,17 @@ enum Event<'a> {
         item: &'a OutputItem,
     },
     #[serde(rename = "response.content_part.added")]
-    PartAdded {
-        #[serde(flatten)]
-        at: At<'a>,
-        part: &'a Part,
-    },
+    PartAdded(InPart<'a>),
     #[serde(rename = "response.content_part.done")]
-    PartDone {
-        #[serde(flatten)]
-        at: At<'a>,
-        part: &'a Part,
-    },
+    PartDone(InPart<'a>),
     #[serde(rename = "response.reasoning_text.delta")]
-    ReasoningDelta {
-        #[serde(flatten)]
-        at: At<'a>,
-        delta: &'a str,
-    },
+    ReasoningDelta(InPart<'a>),
     #[serde(rename = "response.reasoning_text.done")]
-    ReasoningDone {
-        #[serde(flatten)]
-        at: At<'a>,
-        text: &'a str,
-    },
+    ReasoningDone(InPart<'a>),
     #[serde(rename = "response.output_text.delta")]
-    TextDelta {
-        #[serde(flatten)]
-        at: At<'a>,
-        delta: &'a str,
-        logprobs: [(); 0],
-    },
+    TextDelta(InPart<'a>),
     #[serde(rename = "response.output_text.done")]
-    TextDone {
-        #[serde(flatten)]
-        at: At<'a>,
-        text: &'a str,
-    },
+    TextDone(InPart<'a>),
     #[serde(rename = "response.function_call_arguments.delta")]
     ArgumentsDelta {
         item_id: &'a str,
@@ -103,12 +78,12 @@ impl Event<'_> {
             Event::Incomplete { .. } => "response.incomplete",
             Event::ItemAdded { .. } => "response.output_item.added",
             Event::ItemDone { .. } => "response.output_item.done",
-            Event::PartAdded { .. } => "response.content_part.added",
-            Event::PartDone { .. } => "response.content_part.done",
-            Event::ReasoningDelta { .. } => "response.reasoning_text.delta",
-            Event::ReasoningDone { .. } => "response.reasoning_text.done",
-            Event::TextDelta { .. } => "response.output_text.delta",
-            Event::TextDone { .. } => "response.output_text.done",
+            Event::PartAdded(_) => "response.content_part.added",
+            Event::PartDone(_) => "response.content_part.done",
+            Event::ReasoningDelta(_) => "response.reasoning_text.delta",
+            Event::ReasoningDone(_) => "response.reasoning_text.done",
+            Event::TextDelta(_) => "response.output_text.delta",
+            Event::TextDone(_) => "response.output_text.done",
             Event::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::ArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::Error { .. } => "error",
@@ -116,21 +91,55 @@ impl Event<'_> {
     }
 }
 
-/// Where a content event belongs: the item, its place in the output, the part (always the
-/// first: an item holds one).
+/// A content event: the item, its place in the output, the part (always the first: an item
+/// holds one), and what the event carries.
 #[derive(Serialize, Clone, Copy)]
-struct At<'a> {
+struct InPart<'a> {
     item_id: &'a str,
     output_index: usize,
     content_index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    part: Option<&'a Part>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    /// Written (empty) with an `output_text` delta.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<[(); 0]>,
 }
 
-impl<'a> At<'a> {
-    fn part(item_id: &'a str, output_index: usize) -> Self {
+impl<'a> InPart<'a> {
+    fn of(item_id: &'a str, output_index: usize) -> Self {
         Self {
             item_id,
             output_index,
             content_index: 0,
+            part: None,
+            delta: None,
+            text: None,
+            logprobs: None,
+        }
+    }
+
+    fn part(self, part: &'a Part) -> Self {
+        Self {
+            part: Some(part),
+            ..self
+        }
+    }
+
+    fn delta(self, delta: &'a str) -> Self {
+        Self {
+            delta: Some(delta),
+            ..self
+        }
+    }
+
+    fn text(self, text: &'a str) -> Self {
+        Self {
+            text: Some(text),
+            ..self
         }
     }
 }
@@ -265,9 +274,8 @@ impl EventWriter {
                 Delta::Reasoning(text) => {
                     let (id, index) = self.open_item(out, Kind::Reasoning);
                     self.append(&text);
-                    let at = At::part(&id, index);
-                    self.events
-                        .write(out, Event::ReasoningDelta { at, delta: &text });
+                    let delta = InPart::of(&id, index).delta(&text);
+                    self.events.write(out, Event::ReasoningDelta(delta));
                 }
                 Delta::Text(text) => {
                     let open_message = self.open.as_ref().map(|o| o.kind) == Some(Kind::Message);
@@ -278,16 +286,11 @@ impl EventWriter {
                     let (id, index) = self.open_item(out, Kind::Message);
                     let text = std::mem::take(&mut self.pending) + &text;
                     self.append(&text);
-                    let at = At::part(&id, index);
-                    let (delta, logprobs) = (text.as_str(), []);
-                    self.events.write(
-                        out,
-                        Event::TextDelta {
-                            at,
-                            delta,
-                            logprobs,
-                        },
-                    );
+                    let delta = InPart {
+                        logprobs: Some([]),
+                        ..InPart::of(&id, index).delta(&text)
+                    };
+                    self.events.write(out, Event::TextDelta(delta));
                 }
                 Delta::Call { call, .. } => {
                     self.close(out);
@@ -362,8 +365,8 @@ impl EventWriter {
         let (output_index, item) = (index, &item);
         self.events
             .write(out, Event::ItemAdded { output_index, item });
-        let at = At::part(&id, index);
-        self.events.write(out, Event::PartAdded { at, part: &part });
+        let added = InPart::of(&id, index).part(&part);
+        self.events.write(out, Event::PartAdded(added));
         self.open = Some(OpenItem {
             kind,
             id: id.clone(),
@@ -383,21 +386,21 @@ impl EventWriter {
         self.pending.clear();
         let Some(open) = self.open.take() else { return };
         let index = self.output.len();
-        let (at, text) = (At::part(&open.id, index), open.text.as_str());
+        let (at, text) = (InPart::of(&open.id, index), open.text.as_str());
         let (done, part, item) = match open.kind {
             Kind::Reasoning => (
-                Event::ReasoningDone { at, text },
+                Event::ReasoningDone(at.text(text)),
                 Part::ReasoningText { text: text.into() },
                 self.shell.reasoning_item(open.id.clone(), text),
             ),
             Kind::Message => (
-                Event::TextDone { at, text },
+                Event::TextDone(at.text(text)),
                 Part::output_text(text),
                 OutputItem::message(open.id.clone(), text, "completed"),
             ),
         };
         self.events.write(out, done);
-        self.events.write(out, Event::PartDone { at, part: &part });
+        self.events.write(out, Event::PartDone(at.part(&part)));
         let (output_index, item_ref) = (index, &item);
         self.events.write(
             out,
@@ -422,12 +425,10 @@ mod tests {
 
     #[test]
     fn events_are_named_and_flat_as_responses_writes_them() {
-        let at = At::part("msg_1", 2);
-        let text_delta = Event::TextDelta {
-            at,
-            delta: "hi",
-            logprobs: [],
-        };
+        let text_delta = Event::TextDelta(InPart {
+            logprobs: Some([]),
+            ..InPart::of("msg_1", 2).delta("hi")
+        });
         assert_eq!(
             written(text_delta, 7),
             "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\
