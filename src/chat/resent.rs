@@ -31,9 +31,9 @@ pub struct Resent<'s, T> {
     sent: &'s SentConversation<T>,
     /// The hash state after the known bytes (continued for the next memo).
     hasher: Xxh3,
-    /// Where the body's new messages begin.
+    /// Where the body's new elements begin.
     new_from: usize,
-    /// The body with the known messages left out: what is left to read.
+    /// The body with the known elements left out: what is left to read.
     pub rest: Vec<u8>,
 }
 
