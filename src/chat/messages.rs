@@ -82,7 +82,6 @@ struct Derived {
     digest: OnceLock<u64>,
     fingerprint: OnceLock<u64>,
     call_hashes: OnceLock<Vec<u64>>,
-    template: OnceLock<TemplateValue>,
 }
 
 impl Clone for Derived {
@@ -231,15 +230,9 @@ impl ChatMessage {
     /// The message as transformers passes it to a template: null fields dropped, content a
     /// string (empty for `null`), tool-call arguments parsed to mappings, and a reasoning field
     /// mirrored to both `reasoning_content` and `thinking`. Built straight into the template
-    /// engine's values, so the content is copied once, and kept.
+    /// engine's values, so the content is copied once. Not kept: a session keeps its last
+    /// conversation's messages, and a second copy of their text would double that.
     pub fn to_template_value(&self) -> TemplateValue {
-        self.derived
-            .template
-            .get_or_init(|| self.template_value())
-            .clone()
-    }
-
-    fn template_value(&self) -> TemplateValue {
         let mut fields: Vec<(&str, TemplateValue)> = Vec::with_capacity(3 + self.extra.len());
         fields.push(("role", TemplateValue::from(self.role_str())));
         fields.push((

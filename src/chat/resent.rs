@@ -4,7 +4,7 @@
 //! the bytes the session's last body had up to the end of its conversation's last element
 //! (chat's and Messages' `messages`, Responses' `input`), those elements are the ones read
 //! then; only the body without them is parsed, and what was read from them is shared (for
-//! chat, the messages with what each derived: digest, fingerprint, template value).
+//! chat, the messages with what each derived: digest, fingerprint, call hashes).
 //!
 //! This is a cache, never a source of truth: the bytes are compared by XXH3-128 of the whole
 //! known prefix, the messages counted as they are scanned, and anything unexpected (another

@@ -140,7 +140,7 @@ pub(super) struct Conversation {
 
 /// The conversation as read up to and with an item, kept on it: a body that resends the item
 /// (`chat::resent`) goes on reading from there, and its messages are the same (each with what
-/// it derived: digest, fingerprint, template value).
+/// it derived: digest, fingerprint, call hashes).
 #[derive(Debug)]
 struct ReadSoFar {
     system: Vec<String>,
