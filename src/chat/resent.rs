@@ -12,6 +12,11 @@
 
 use xxhash_rust::xxh3::Xxh3;
 
+/// Bodies shorter than this are not kept: reading one whole costs tens of microseconds, and a
+/// kept conversation holds its messages' text beside the node (about 6 bytes per history
+/// token), which short rollouts, the many, would pay for nothing.
+pub const KEPT_FROM_BYTES: usize = 32 * 1024;
+
 /// A body's conversation, as last read on a session: what was read from each element of its
 /// conversation's array (`T`, one per element).
 #[derive(Debug)]
@@ -62,6 +67,11 @@ impl<T> SentConversation<T> {
             new_from: comma + 1,
             rest,
         })
+    }
+
+    /// [`SentConversation::read`], for a body of at least [`KEPT_FROM_BYTES`].
+    pub fn keep(body: &[u8], key: &str, elements: Vec<T>) -> Option<Self> {
+        (body.len() >= KEPT_FROM_BYTES).then(|| Self::read(body, key, elements))?
     }
 
     /// The conversation of `body`, the array under its top-level `key`, whose elements read
@@ -322,6 +332,15 @@ mod tests {
                 .remember(next, messages(3))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn only_long_bodies_are_kept() {
+        let short = br#"{"messages": [{"role": "user", "content": "hi"}]}"#;
+        assert!(SentConversation::keep(short, "messages", messages(1)).is_none());
+        let text = "x".repeat(KEPT_FROM_BYTES);
+        let long = format!(r#"{{"messages": [{{"role": "user", "content": "{text}"}}]}}"#);
+        assert!(SentConversation::keep(long.as_bytes(), "messages", messages(1)).is_some());
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub fn read_messages(
     }
     let whole = parse_json::<MessagesBody>(body)?;
     let (request, reply, read) = whole.into_request_after(&[], default_max_tokens, count_only)?;
-    session.remember_sent(SentConversation::read(body, "messages", read));
+    session.remember_sent(SentConversation::keep(body, "messages", read));
     Ok((request, reply))
 }
 
@@ -415,6 +415,7 @@ fn thinking_enabled(thinking: &Value) -> Result<bool, BadRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::resent::KEPT_FROM_BYTES;
     use crate::chat::resent::testing::{check_turn, extras};
     use serde_json::json;
 
@@ -428,7 +429,9 @@ mod tests {
         let mut messages = vec![json!({"role": "user", "content": "fix \"it\" ]}"})];
         let body = |messages: &[Value], extra: &str| {
             let messages = serde_json::to_string(messages).unwrap();
-            format!(r#"{{"model": "m", "max_tokens": 64, "system": "S", "messages": {messages}{extra}}}"#)
+            // A system prompt long enough for the body to be kept.
+            let system = "S".repeat(KEPT_FROM_BYTES);
+            format!(r#"{{"model": "m", "max_tokens": 64, "system": "{system}", "messages": {messages}{extra}}}"#)
                 .into_bytes()
         };
         let tools = r#", "tools": [{"name": "f", "input_schema": {"type": "object"}}]"#;

@@ -116,7 +116,7 @@ pub fn read_chat(
     }
     let call = parse_json::<ChatCompletionBody>(body)?.validate(default_max_tokens)?;
     let messages = call.turn.messages.clone();
-    session.remember_sent(SentConversation::read(body, "messages", messages));
+    session.remember_sent(SentConversation::keep(body, "messages", messages));
     Ok(call)
 }
 
@@ -243,6 +243,7 @@ fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::resent::KEPT_FROM_BYTES;
     use crate::chat::resent::testing::{check_turn, extras};
     use serde_json::json;
 
@@ -257,7 +258,8 @@ mod tests {
     #[test]
     fn a_resent_conversation_reads_exactly_as_a_fresh_one() {
         let mut messages = vec![
-            json!({"role": "system", "content": "be \"brief\" ]} \\ é"}),
+            // Long enough to be kept.
+            json!({"role": "system", "content": format!("be \"brief\" ]}} \\ é {}", "x".repeat(KEPT_FROM_BYTES))}),
             json!({"role": "user", "content": [{"type": "text", "text": "[{"}]}),
         ];
         let body = |messages: &[Value], extra: &str| {

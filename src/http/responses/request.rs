@@ -107,7 +107,7 @@ pub fn read_responses(
     }
     let mut whole = parse_json::<ResponsesBody>(body)?;
     let items = input_items(whole.input.take())?;
-    session.remember_sent(SentConversation::read(body, "input", items.clone()));
+    session.remember_sent(SentConversation::keep(body, "input", items.clone()));
     Ok((whole, items))
 }
 
@@ -275,6 +275,7 @@ fn tool_choice(choice: &Value) -> Result<ToolChoice, BadRequest> {
 mod tests {
     use super::super::items::encrypt_reasoning;
     use super::*;
+    use crate::chat::resent::KEPT_FROM_BYTES;
     use crate::chat::resent::testing::{check_turn, extras};
     use serde_json::json;
 
@@ -292,8 +293,12 @@ mod tests {
         let mut items = vec![json!({"role": "user", "content": "fix \"it\" ]}"})];
         let body = |items: &[Value], extra: &str| {
             let items = serde_json::to_string(items).unwrap();
-            format!(r#"{{"model": "m", "instructions": "I", "input": {items}{extra}}}"#)
-                .into_bytes()
+            // Instructions long enough for the body to be kept.
+            let instructions = "I".repeat(KEPT_FROM_BYTES);
+            format!(
+                r#"{{"model": "m", "instructions": "{instructions}", "input": {items}{extra}}}"#
+            )
+            .into_bytes()
         };
         let store = r#", "store": false"#;
         for turn in 0..24 {
