@@ -138,13 +138,37 @@ impl Session {
     }
 
     /// Keeps `conversation` as the last one read (or forgets the last one).
-    pub fn remember_sent<T: Send + Sync + 'static>(
-        &self,
-        conversation: Option<SentConversation<T>>,
-    ) {
+    fn remember_sent<T: Send + Sync + 'static>(&self, conversation: Option<SentConversation<T>>) {
         if let Ok(mut sent) = self.sent.lock() {
             *sent = conversation.map(|c| Arc::new(c) as Arc<dyn std::any::Any + Send + Sync>);
         }
+    }
+
+    /// Reads `body`, whose conversation is the array under its top-level `key`, with `read`:
+    /// given bytes and the elements already read (`T` each), `read` parses the bytes and
+    /// returns its outcome with every element's reading, the known ones first. When the body
+    /// resends the conversation this session kept, `read` gets the body without the known
+    /// elements; when that fails, or the body resends nothing, the whole body. Either way the
+    /// session keeps this body's conversation for the next (`chat::resent`).
+    pub fn read_resending<T, R, E>(
+        &self,
+        body: &[u8],
+        key: &str,
+        read: impl Fn(&[u8], &[T]) -> Result<(R, Vec<T>), E>,
+    ) -> Result<R, E>
+    where
+        T: Send + Sync + 'static,
+    {
+        let sent = self.sent::<T>();
+        if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
+            && let Ok((outcome, elements)) = read(&resent.rest, resent.known())
+        {
+            self.remember_sent(resent.remember(body, elements));
+            return Ok(outcome);
+        }
+        let (outcome, elements) = read(body, &[])?;
+        self.remember_sent(SentConversation::keep(body, key, elements));
+        Ok(outcome)
     }
 
     fn new(options: SessionOptions) -> Self {

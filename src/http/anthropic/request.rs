@@ -5,7 +5,6 @@
 //! assistant turn's `tool_use` blocks become its tool calls and its `thinking` blocks its
 //! reasoning, so a reply sent back is matched to the tokens that were sampled for it.
 
-use crate::chat::SentConversation;
 use crate::chat::{
     CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
@@ -86,19 +85,12 @@ pub fn read_messages(
     default_max_tokens: Option<u32>,
     count_only: bool,
 ) -> Result<(ChatRequest, Reply), ApiError> {
-    let sent = session.sent::<Arc<ReadMessage>>();
-    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
-        && let Ok(rest) = parse_json::<MessagesBody>(&resent.rest)
-        && let Ok((request, reply, read)) =
-            rest.into_request_after(resent.known(), default_max_tokens, count_only)
-    {
-        session.remember_sent(resent.remember(body, read));
-        return Ok((request, reply));
-    }
-    let whole = parse_json::<MessagesBody>(body)?;
-    let (request, reply, read) = whole.into_request_after(&[], default_max_tokens, count_only)?;
-    session.remember_sent(SentConversation::keep(body, "messages", read));
-    Ok((request, reply))
+    session.read_resending(body, "messages", |bytes, known| {
+        let body = parse_json::<MessagesBody>(bytes)?;
+        let (request, reply, read) =
+            body.into_request_after(known, default_max_tokens, count_only)?;
+        Ok::<_, ApiError>(((request, reply), read))
+    })
 }
 
 /// What a Messages body asks of its reply.

@@ -2,9 +2,7 @@
 //! validated into the turn it asks for and the options of the reply it wants.
 
 use crate::chat::wire::WireMessage;
-use crate::chat::{
-    CallRules, ChatMessage, ChatRequest, RequestError, ResponseFormat, SentConversation, ToolChoice,
-};
+use crate::chat::{CallRules, ChatMessage, ChatRequest, RequestError, ResponseFormat, ToolChoice};
 use crate::generation::{MAX_TOP_LOGPROBS, SamplingParams};
 use crate::http::ApiError;
 use crate::http::body::parse_json;
@@ -106,18 +104,12 @@ pub fn read_chat(
     body: &[u8],
     default_max_tokens: Option<u32>,
 ) -> Result<ChatCall, ApiError> {
-    let sent = session.sent::<Arc<ChatMessage>>();
-    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
-        && let Ok(rest) = parse_json::<ChatCompletionBody>(&resent.rest)
-        && let Ok(call) = rest.validate_after(resent.known(), default_max_tokens)
-    {
-        session.remember_sent(resent.remember(body, call.turn.messages.clone()));
-        return Ok(call);
-    }
-    let call = parse_json::<ChatCompletionBody>(body)?.validate(default_max_tokens)?;
-    let messages = call.turn.messages.clone();
-    session.remember_sent(SentConversation::keep(body, "messages", messages));
-    Ok(call)
+    session.read_resending(body, "messages", |bytes, known| {
+        let call = parse_json::<ChatCompletionBody>(bytes)?;
+        let call = call.validate_after(known, default_max_tokens)?;
+        let messages = call.turn.messages.clone();
+        Ok::<_, ApiError>((call, messages))
+    })
 }
 
 impl ChatCompletionBody {

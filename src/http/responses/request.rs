@@ -4,7 +4,7 @@
 //! and named in the node's turn.
 
 use super::items::{Conversation, Item, SentItem, input_items, invalid};
-use crate::chat::{CallRules, ChatRequest, ResponseFormat, SentConversation, ToolChoice};
+use crate::chat::{CallRules, ChatRequest, ResponseFormat, ToolChoice};
 use crate::generation::SamplingParams;
 use crate::http::ApiError;
 use crate::http::body::parse_json;
@@ -95,20 +95,13 @@ pub fn read_responses(
     session: &Session,
     body: &[u8],
 ) -> Result<(ResponsesBody, Vec<Arc<SentItem>>), ApiError> {
-    let sent = session.sent::<Arc<SentItem>>();
-    if let Some(resent) = sent.as_deref().and_then(|sent| sent.resent_in(body))
-        && let Ok(mut rest) = parse_json::<ResponsesBody>(&resent.rest)
-        && let Ok(new) = input_items(rest.input.take())
-    {
-        let mut items = resent.known().to_vec();
-        items.extend(new);
-        session.remember_sent(resent.remember(body, items.clone()));
-        return Ok((rest, items));
-    }
-    let mut whole = parse_json::<ResponsesBody>(body)?;
-    let items = input_items(whole.input.take())?;
-    session.remember_sent(SentConversation::keep(body, "input", items.clone()));
-    Ok((whole, items))
+    session.read_resending(body, "input", |bytes, known| {
+        let mut body = parse_json::<ResponsesBody>(bytes)?;
+        let mut items = known.to_vec();
+        items.extend(input_items(body.input.take())?);
+        let read = items.clone();
+        Ok::<_, ApiError>(((body, items), read))
+    })
 }
 
 impl ResponsesBody {
