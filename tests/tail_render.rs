@@ -91,6 +91,29 @@ async fn a_long_rollout_sends_what_a_full_render_gives() {
     assert_eq!(verified, 3);
 }
 
+/// A verified tail render that kept every message (a short rollout's second turn) is the full
+/// render: the conversation is rendered once, not twice.
+#[tokio::test]
+async fn a_tail_render_of_the_whole_conversation_is_verified_without_a_second_render() {
+    let (tokenizer, proxy) = common::qwen3_proxy();
+    let renders = |text: String| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("rollout_stage_seconds_count{stage=\"render\"}"))
+            .unwrap_or("x 0")
+            .to_string();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let before = renders(proxy.metrics_text().await);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    go_on(&proxy, &tokenizer, &uuid, &mut messages, 0..3).await;
+    let (used, verified, mismatch) = tail_renders(&proxy).await;
+    assert_eq!((used, verified, mismatch), (1, 1, 0));
+    // `go_on` asks `/render` for every turn's full render: three of those, one render per turn.
+    assert_eq!(renders(proxy.metrics_text().await) - before, 3 + 3);
+}
+
 /// The conversation each turn was sampled after is journaled with it: a proxy restarted on
 /// its data directory renders only the end of a conversation from its first turn on.
 #[tokio::test]

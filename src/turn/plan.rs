@@ -33,6 +33,12 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// The whole conversation in template form, and its render.
+struct WholeRender {
+    messages: Vec<TemplateValue>,
+    rendered: render::Rendered,
+}
+
 /// Whether a turn may render only the end of its conversation ([`super::tail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TailRender {
@@ -73,7 +79,7 @@ impl Planner<'_> {
             true => self.tail_plan(&matched, &digests)?,
             false => None,
         };
-        let Some(plan) = plan else {
+        let Some((plan, whole)) = plan else {
             return Ok(Plan {
                 conversation,
                 echoed_calls,
@@ -89,7 +95,10 @@ impl Planner<'_> {
                 ..plan
             });
         }
-        let full = self.full_plan(&matched)?;
+        let full = match whole {
+            Some(whole) => self.plan_from_render(&matched, whole)?,
+            None => self.full_plan(&matched)?,
+        };
         let agrees = same_prompt(&full, &plan);
         self.metrics
             .tail_render(if agrees { "verified" } else { "mismatch" });
@@ -109,7 +118,7 @@ impl Planner<'_> {
             matching::match_completions(self.state, &request.messages, request.tools.as_deref())
                 .completions;
         let digests = super::tail::prefix_digests(request);
-        let Some(tail) = self.tail_plan(&matched, &digests)? else {
+        let Some((tail, _)) = self.tail_plan(&matched, &digests)? else {
             return Ok(None);
         };
         let sampled_history = Planner {
@@ -179,15 +188,22 @@ impl Planner<'_> {
 
     /// A plan from a render of the messages from the last sampled turn's exchange on
     /// ([`super::tail`]), when the conversation allows one.
+    /// When the kept messages were all of them, the render is handed back too: a turn that
+    /// also plans in full (to verify) need not render the same conversation twice.
     fn tail_plan(
         &self,
         matched: &[Option<CompletionId>],
         digests: &[u64],
-    ) -> Result<Option<Plan>, TurnError> {
+    ) -> Result<Option<(Plan, Option<WholeRender>)>, TurnError> {
+        let whole = std::cell::RefCell::new(None);
         let render = |kept: &[usize]| -> Result<Option<super::tail::RenderedTail>, TurnError> {
             let sampled: Vec<CompletionId> = kept.iter().filter_map(|&i| matched[i]).collect();
             let messages = self.template_messages(matched, kept.iter().copied());
-            let rendered = self.render(TemplateValue::from(messages))?;
+            let rendered = self.render(TemplateValue::from(messages.clone()))?;
+            if kept.len() == self.request.messages.len() {
+                let rendered = rendered.clone();
+                whole.replace(Some(WholeRender { messages, rendered }));
+            }
             let Some(Split { pieces, next_check }) = self.split(&rendered, &sampled) else {
                 return Ok(None);
             };
@@ -201,15 +217,26 @@ impl Planner<'_> {
                 },
             }))
         };
-        super::tail::plan(self, matched, digests, &render)
+        let plan = super::tail::plan(self, matched, digests, &render)?;
+        Ok(plan.map(|plan| (plan, whole.into_inner())))
     }
 
     /// The plan from a render of the whole conversation.
     fn full_plan(&self, matched: &[Option<CompletionId>]) -> Result<Plan, TurnError> {
-        let (ctx, state, request) = (self.ctx, self.state, self.request);
-        let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
-        let messages = self.template_messages(matched, 0..request.messages.len());
+        let messages = self.template_messages(matched, 0..self.request.messages.len());
         let rendered = self.render(TemplateValue::from(messages.clone()))?;
+        self.plan_from_render(matched, WholeRender { messages, rendered })
+    }
+
+    /// The plan from `whole`, a render of the whole conversation.
+    fn plan_from_render(
+        &self,
+        matched: &[Option<CompletionId>],
+        whole: WholeRender,
+    ) -> Result<Plan, TurnError> {
+        let (ctx, state, request) = (self.ctx, self.state, self.request);
+        let WholeRender { messages, rendered } = whole;
+        let sampled: Vec<CompletionId> = matched.iter().flatten().copied().collect();
         let unmatched_assistant = request
             .messages
             .iter()

@@ -32,7 +32,7 @@ impl GenerationPrompts {
 }
 
 /// Where the history text is.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum History {
     /// The prompt without its last `usize` bytes (the generation prompt).
     PromptWithout(usize),
@@ -41,7 +41,7 @@ pub enum History {
 }
 
 /// A turn's rendered conversation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Rendered {
     pub prompt: String,
     pub history: History,
