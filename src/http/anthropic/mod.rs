@@ -7,6 +7,7 @@
 mod reply;
 mod request;
 mod stream;
+mod wire;
 
 use super::body::read_body_noting_unknown;
 use super::{ApiError, AppState};

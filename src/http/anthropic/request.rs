@@ -5,6 +5,7 @@
 //! assistant turn's `tool_use` blocks become its tool calls and its `thinking` blocks its
 //! reasoning, so a reply sent back is matched to the tokens that were sampled for it.
 
+use super::wire::{Block, Content, Turn, Turns};
 use crate::chat::{
     CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
 };
@@ -29,9 +30,9 @@ pub struct MessagesBody {
     pub model: Option<String>,
     max_tokens: Option<u32>,
     #[serde(default)]
-    system: Option<Value>,
-    /// A list of messages; read by hand so a wrong shape gets an error naming the field.
-    messages: Value,
+    system: Option<Content>,
+    /// A list of messages, read so that a wrong shape gets an error naming the field.
+    messages: Turns,
     /// Kept as text: each distinct list is read once.
     tools: Option<Box<RawValue>>,
     tool_choice: Option<Value>,
@@ -127,10 +128,10 @@ impl MessagesBody {
             None if count_only => default_max_tokens,
             None => return Err(invalid("max_tokens: Field required")),
         };
-        let turns = match &self.messages {
-            Value::Array(turns) if !turns.is_empty() => turns,
-            Value::Array(_) => return Err(invalid("messages: at least one message is required")),
-            _ => return Err(invalid("messages: must be a list of messages")),
+        let turns = match self.messages {
+            Turns::List(turns) if !turns.is_empty() => turns,
+            Turns::List(_) => return Err(invalid("messages: at least one message is required")),
+            Turns::Other => return Err(invalid("messages: must be a list of messages")),
         };
         if let Some(t) = self.temperature.filter(|t| !(0.0..=1.0).contains(t)) {
             return Err(invalid(format!("temperature: {t} is not in [0, 1]")));
@@ -138,14 +139,14 @@ impl MessagesBody {
         if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(invalid(format!("top_p: {p} is not in [0, 1]")));
         }
-        let mut system = match &self.system {
-            None | Some(Value::Null) => String::new(),
-            Some(system) => text_of(system, "system")?,
+        let mut system = match self.system {
+            None | Some(Content::Null) => String::new(),
+            Some(system) => text_of(system, At::System)?,
         };
         let mut read = Vec::with_capacity(known.len() + turns.len());
         read.extend_from_slice(known);
-        for (i, message) in turns.iter().enumerate() {
-            read.push(Arc::new(read_message(known.len() + i, message)?));
+        for (i, turn) in turns.into_iter().enumerate() {
+            read.push(Arc::new(read_message(known.len() + i, turn)?));
         }
         let count = read.iter().map(|r| r.messages.len()).sum::<usize>();
         let mut messages = Vec::with_capacity(1 + count);
@@ -210,23 +211,44 @@ fn invalid(message: impl Into<String>) -> BadRequest {
     BadRequest::new(message)
 }
 
+/// Where in the body a value is, written out only when an error names it.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    System,
+    Message(usize),
+    /// `{parent}.content[{j}]`.
+    Block(&'a At<'a>, usize),
+    /// `{parent}.content`.
+    Content(&'a At<'a>),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            At::System => f.write_str("system"),
+            At::Message(i) => write!(f, "messages[{i}]"),
+            At::Block(parent, j) => write!(f, "{parent}.content[{j}]"),
+            At::Content(parent) => write!(f, "{parent}.content"),
+        }
+    }
+}
+
 /// What `messages[i]` reads as: a `system`-role message's text goes to the system prompt
 /// (templates want it first), others become chat messages.
-fn read_message(i: usize, raw: &Value) -> Result<ReadMessage, BadRequest> {
+fn read_message(i: usize, turn: Turn) -> Result<ReadMessage, BadRequest> {
     let mut read = ReadMessage::default();
     let mut out = Vec::new();
-    let at = format!("messages[{i}]");
-    let role = raw
-        .get("role")
-        .and_then(Value::as_str)
+    let at = At::Message(i);
+    let role = turn
+        .role
         .ok_or_else(|| invalid(format!("{at}.role: Field required")))?;
-    let content = raw
-        .get("content")
+    let content = turn
+        .content
         .ok_or_else(|| invalid(format!("{at}.content: Field required")))?;
-    match role {
-        "system" => read.system = text_of(content, &at)?,
-        "user" => read_user(&at, content, &mut out)?,
-        "assistant" => out.push(read_assistant(&at, content)?),
+    match role.as_str() {
+        "system" => read.system = text_of(content, at)?,
+        "user" => read_user(at, content, &mut out)?,
+        "assistant" => out.push(read_assistant(at, content)?),
         other => {
             return Err(invalid(format!(
                 "{at}.role: '{other}' is not one of 'user', 'assistant'"
@@ -237,51 +259,53 @@ fn read_message(i: usize, raw: &Value) -> Result<ReadMessage, BadRequest> {
     Ok(read)
 }
 
-/// The content blocks of a message (a string is one text block).
-fn blocks<'v>(at: &str, content: &'v Value) -> Result<Vec<(&'v str, &'v Value)>, BadRequest> {
+/// The content blocks of a message, each with its type (a string is one text block).
+fn blocks(at: At, content: Content) -> Result<Vec<(String, Block)>, BadRequest> {
     match content {
-        Value::String(_) => Ok(vec![("text", content)]),
-        Value::Array(blocks) => blocks
-            .iter()
+        Content::Text(text) => {
+            let block = Block {
+                text: Some(text),
+                ..Block::default()
+            };
+            Ok(vec![("text".to_string(), block)])
+        }
+        Content::Blocks(blocks) => blocks
+            .into_iter()
             .enumerate()
-            .map(|(j, block)| {
-                let kind = block
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid(format!("{at}.content[{j}].type: Field required")))?;
+            .map(|(j, mut block)| {
+                let kind = block.kind.take().ok_or_else(|| {
+                    invalid(format!("{}.type: Field required", At::Block(&at, j)))
+                })?;
                 Ok((kind, block))
             })
             .collect(),
-        _ => Err(invalid(format!(
-            "{at}.content: must be a string or a list of content blocks"
+        Content::Null | Content::Other => Err(invalid(format!(
+            "{}: must be a string or a list of content blocks",
+            At::Content(&at)
         ))),
     }
 }
 
-/// A block's `text` (a bare string is its own text).
-fn block_text<'v>(at: &str, block: &'v Value) -> Result<&'v str, BadRequest> {
-    match block {
-        Value::String(text) => Ok(text),
-        _ => block
-            .get("text")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid(format!("{at}: a text block needs a string 'text'"))),
-    }
+/// A text block's `text`.
+fn block_text(at: At, block: Block) -> Result<String, BadRequest> {
+    block
+        .text
+        .ok_or_else(|| invalid(format!("{at}: a text block needs a string 'text'")))
 }
 
 /// The text of a string or of a list of text blocks, joined by newlines.
-fn text_of(content: &Value, at: &str) -> Result<String, BadRequest> {
+fn text_of(content: Content, at: At) -> Result<String, BadRequest> {
     let mut texts = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
-        match kind {
+        match kind.as_str() {
             "text" => texts.push(block_text(at, block)?),
-            other => return Err(unsupported(&format!("{at}.content[{j}]"), other)),
+            other => return Err(unsupported(At::Block(&at, j), other)),
         }
     }
     Ok(texts.join("\n"))
 }
 
-fn unsupported(at: &str, kind: &str) -> BadRequest {
+fn unsupported(at: At, kind: &str) -> BadRequest {
     match kind {
         "image" | "document" => invalid(format!(
             "{at}: {kind} blocks are not supported: this proxy serves text-only models"
@@ -291,14 +315,14 @@ fn unsupported(at: &str, kind: &str) -> BadRequest {
 }
 
 /// A user turn: its `tool_result` blocks as tool messages, then its text as a user message.
-fn read_user(at: &str, content: &Value, out: &mut Vec<ChatMessage>) -> Result<(), BadRequest> {
+fn read_user(at: At, content: Content, out: &mut Vec<ChatMessage>) -> Result<(), BadRequest> {
     let mut texts = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match kind {
-            "text" => texts.push(block_text(&at, block)?),
-            "tool_result" => out.push(tool_result(&at, block)?),
-            other => return Err(unsupported(&at, other)),
+        let at = At::Block(&at, j);
+        match kind.as_str() {
+            "text" => texts.push(block_text(at, block)?),
+            "tool_result" => out.push(tool_result(at, block)?),
+            other => return Err(unsupported(at, other)),
         }
     }
     if !texts.is_empty() {
@@ -308,55 +332,47 @@ fn read_user(at: &str, content: &Value, out: &mut Vec<ChatMessage>) -> Result<()
 }
 
 /// A `tool_result` block as the template's tool message.
-fn tool_result(at: &str, block: &Value) -> Result<ChatMessage, BadRequest> {
+fn tool_result(at: At, block: Block) -> Result<ChatMessage, BadRequest> {
     let id = block
-        .get("tool_use_id")
-        .and_then(Value::as_str)
+        .tool_use_id
         .ok_or_else(|| invalid(format!("{at}.tool_use_id: Field required")))?;
-    let content = match block.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(content) => text_of(content, &format!("{at}.content"))?,
+    let content = match block.content {
+        None | Some(Content::Null) => String::new(),
+        Some(content) => text_of(content, At::Content(&at))?,
     };
     let mut result = ChatMessage::text(Role::Tool, content);
     result.extra.insert("tool_call_id".into(), id.into());
-    if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+    if block.is_error == Some(true) {
         result.extra.insert("is_error".into(), true.into());
     }
     Ok(result)
 }
 
 /// An assistant turn: its text, its `tool_use` blocks as calls, its `thinking` as reasoning.
-fn read_assistant(at: &str, content: &Value) -> Result<ChatMessage, BadRequest> {
+fn read_assistant(at: At, content: Content) -> Result<ChatMessage, BadRequest> {
     let mut texts = Vec::new();
     let mut thinking = Vec::new();
     let mut calls = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match kind {
-            "text" => texts.push(block_text(&at, block)?),
-            "thinking" => {
-                if let Some(text) = block.get("thinking").and_then(Value::as_str) {
-                    thinking.push(text);
-                }
-            }
+        let at = At::Block(&at, j);
+        match kind.as_str() {
+            "text" => texts.push(block_text(at, block)?),
+            "thinking" => thinking.extend(block.thinking),
             // Encrypted reasoning of another model: nothing this model could read.
             "redacted_thinking" => {}
             "tool_use" => {
-                let field = |name: &str| {
-                    block
-                        .get(name)
-                        .ok_or_else(|| invalid(format!("{at}.{name}: Field required")))
-                };
+                let required = |name: &str| invalid(format!("{at}.{name}: Field required"));
+                let id = block.id.ok_or_else(|| required("id"))?;
+                let name = block.name.ok_or_else(|| required("name"))?;
+                let name = name.ok_or_else(|| invalid(format!("{at}.name: must be a string")))?;
+                let arguments = block.input.ok_or_else(|| required("input"))?;
                 calls.push(ToolCall {
-                    id: field("id")?.as_str().unwrap_or_default().to_string(),
-                    name: field("name")?
-                        .as_str()
-                        .ok_or_else(|| invalid(format!("{at}.name: must be a string")))?
-                        .to_string(),
-                    arguments: field("input")?.clone(),
+                    id: id.unwrap_or_default(),
+                    name,
+                    arguments,
                 });
             }
-            other => return Err(unsupported(&at, other)),
+            other => return Err(unsupported(at, other)),
         }
     }
     let mut reply = ChatMessage::text(Role::Assistant, texts.join("\n"));
@@ -514,6 +530,37 @@ mod tests {
             (
                 json!({"max_tokens": 5, "messages": [{"role": "robot", "content": "hi"}]}),
                 "messages[0].role",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": 5, "content": "hi"}]}),
+                "messages[0].role: Field required",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": null}]}),
+                "messages[0].content: must be a string or a list of content blocks",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": ["bare"]}]}),
+                "messages[0].content[0].type: Field required",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "t", "name": 5, "input": {}}]}]}),
+                "messages[0].content[0].name: must be a string",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "t", "name": "f"}]}]}),
+                "messages[0].content[0].input: Field required",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}]}]}),
+                "messages[0].content[0].content.content[0]: image blocks are not supported",
+            ),
+            (
+                json!({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "hi"}]}),
+                "system.content: must be a string or a list of content blocks",
             ),
         ];
         for (body, expected) in cases {
