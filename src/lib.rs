@@ -51,6 +51,7 @@ pub mod grammar;
 pub mod http;
 pub mod journal;
 pub mod json_numbers;
+pub(crate) mod json_shape;
 pub mod memory;
 pub mod metrics;
 pub mod reasoning;

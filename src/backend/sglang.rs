@@ -7,6 +7,7 @@ use super::{Backend, BackendError, EventStream, ServerInfo};
 use crate::generation::{
     Constraint, FinishReason, GenerateRequest, Generation, StopMatch, StreamEvent,
 };
+use crate::json_shape::{FromShape, deserialize_by_shape};
 use async_trait::async_trait;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -252,50 +253,22 @@ impl Number {
     }
 }
 
-impl<'de> Deserialize<'de> for Number {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NumberVisitor;
-        impl<'de> Visitor<'de> for NumberVisitor {
-            type Value = Number;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Number, E> {
-                Ok(Number::Float(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Number, E> {
-                Ok(Number::Unsigned(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Number, E> {
-                Ok(Number::Signed(v))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Number, E> {
-                Ok(Number::Other)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Number, E> {
-                Ok(Number::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Number, E> {
-                Ok(Number::Other)
-            }
-            fn visit_none<E>(self) -> Result<Number, E> {
-                Ok(Number::Other)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Number, D::Error> {
-                Number::deserialize(d)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Number, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Number::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Number, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Number::Other)
-            }
-        }
-        deserializer.deserialize_any(NumberVisitor)
+impl FromShape for Number {
+    fn other() -> Self {
+        Number::Other
+    }
+    fn from_f64(v: f64) -> Self {
+        Number::Float(v)
+    }
+    fn from_u64(v: u64) -> Self {
+        Number::Unsigned(v)
+    }
+    fn from_i64(v: i64) -> Self {
+        Number::Signed(v)
     }
 }
+
+deserialize_by_shape!(Number);
 
 /// A `[logprob, token_id, text]` entry; a field that is not a number is `None`.
 #[derive(Debug)]

@@ -2,8 +2,9 @@
 //! parsed, so no JSON object is built per message: a long rollout resends hundreds of them
 //! every turn.
 
+use crate::json_shape::{FromShape, deserialize_by_shape};
 use serde::Deserialize;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// One entry of `messages`, as sent.
@@ -85,22 +86,14 @@ impl From<Value> for WireMessage {
     }
 }
 
-impl<'de> Deserialize<'de> for WireMessage {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MessageVisitor)
-    }
-}
-
-struct MessageVisitor;
-
-impl<'de> Visitor<'de> for MessageVisitor {
-    type Value = WireMessage;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a chat message")
+impl FromShape for WireMessage {
+    /// Anything but an object is kept as "not an object", for validation to reject with its
+    /// index.
+    fn other() -> Self {
+        WireMessage::default()
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WireMessage, A::Error> {
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<WireMessage, A::Error> {
         let mut message = WireMessage {
             is_object: true,
             ..WireMessage::default()
@@ -111,41 +104,9 @@ impl<'de> Visitor<'de> for MessageVisitor {
         }
         Ok(message)
     }
-
-    // Anything else is kept as "not an object", for validation to reject with its index.
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WireMessage, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(WireMessage::default())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_unit<E>(self) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
-
-    fn visit_none<E>(self) -> Result<WireMessage, E> {
-        Ok(WireMessage::default())
-    }
 }
+
+deserialize_by_shape!(WireMessage);
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,11 @@
 //! Messages turn about 3% more than a chat turn). A field of an unexpected type reads as absent
 //! or as [`Content::Other`], never as an error, so the reader can still name what is wrong.
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use crate::json_shape::{FromShape, deserialize_by_shape};
+use serde::Deserialize;
+use serde::de::value::SeqAccessDeserializer;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess};
 use serde_json::Value;
-use std::marker::PhantomData;
 
 /// `messages`: a list of messages, or anything else.
 #[derive(Debug)]
@@ -62,73 +64,6 @@ pub struct Block {
     pub is_error: Option<bool>,
 }
 
-/// A type read from whichever JSON value comes: each kind of value it does not read is read
-/// past and gives [`FromShape::other`].
-trait FromShape: Sized {
-    fn other() -> Self;
-    fn from_str(_: &str) -> Self {
-        Self::other()
-    }
-    fn from_bool(_: bool) -> Self {
-        Self::other()
-    }
-    fn from_null() -> Self {
-        Self::other()
-    }
-    fn from_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Self::other())
-    }
-    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Self::other())
-    }
-}
-
-struct Shaped<T>(PhantomData<T>);
-
-impl<'de, T: FromShape> Visitor<'de> for Shaped<T> {
-    type Value = T;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<T, E> {
-        Ok(T::from_bool(v))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<T, E> {
-        Ok(T::other())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<T, E> {
-        Ok(T::other())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<T, E> {
-        Ok(T::other())
-    }
-    fn visit_str<E>(self, v: &str) -> Result<T, E> {
-        Ok(T::from_str(v))
-    }
-    fn visit_unit<E>(self) -> Result<T, E> {
-        Ok(T::from_null())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
-        T::from_seq(seq)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-        T::from_map(map)
-    }
-}
-
-/// Implements `Deserialize` through [`FromShape`].
-macro_rules! deserialize_by_shape {
-    ($($name:ty),*) => {$(
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                deserializer.deserialize_any(Shaped(PhantomData))
-            }
-        }
-    )*};
-}
-
 deserialize_by_shape!(Turns, Turn, Content, Block, Scalar, TurnKey, BlockKey);
 
 /// A string or a boolean, or anything else.
@@ -163,12 +98,10 @@ impl FromShape for Turns {
     fn other() -> Self {
         Turns::Other
     }
-    fn from_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        let mut turns = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(turn) = seq.next_element()? {
-            turns.push(turn);
-        }
-        Ok(Turns::List(turns))
+    fn from_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<Self, A::Error> {
+        Ok(Turns::List(Vec::deserialize(SeqAccessDeserializer::new(
+            seq,
+        ))?))
     }
 }
 
@@ -218,12 +151,10 @@ impl FromShape for Content {
     fn from_null() -> Self {
         Content::Null
     }
-    fn from_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(block) = seq.next_element()? {
-            blocks.push(block);
-        }
-        Ok(Content::Blocks(blocks))
+    fn from_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<Self, A::Error> {
+        Ok(Content::Blocks(Vec::deserialize(
+            SeqAccessDeserializer::new(seq),
+        )?))
     }
 }
 
