@@ -26,7 +26,8 @@
 //! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
 //! [`tokenizer`], [`generation`] (what a backend is asked and answers), [`backend`],
 //! [`engine`], [`reasoning`], [`tools`], [`session`]; start-up in [`config`]; support in
-//! [`json_numbers`] and [`memory`].
+//! [`json_numbers`], `json_shape` (JSON of any shape read into what a field takes) and
+//! [`memory`].
 //!
 //! # Public surface
 //!
