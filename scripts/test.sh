@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs the build dependencies of llama.cpp if missing, fetches
 # the pinned tokenizers, templates and SmolLM2 GGUF, builds the pinned llama-server and
-# installs the pinned agent clients, Harbor's validator, the browser test's driver and vLLM's
-# CPU build (all cached outside the clone), prints the chat-template conformance
-# count, then runs every test and ends with one "N passed, N failed" line (also kept in
-# target/test-summary.txt).
+# installs the pinned agent clients, Harbor's validator, the browser test's driver, vLLM's
+# CPU build (all cached outside the clone) and Debian's redis-server, prints the
+# chat-template conformance count, then runs every test and ends with one "N passed, N
+# failed" line (also kept in target/test-summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-build-deps.sh
@@ -32,6 +32,8 @@ export VLLM_PYTHON VLLM_MODEL
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE
+# The fleet's store tests (src/fleet) start their own redis-server.
+scripts/install-redis.sh
 # tests/export.rs opens the `.npz` export with numpy; tests/metrics.rs parses /metrics with
 # prometheus_client.
 python3 -c 'import numpy, prometheus_client' 2>/dev/null || pip install --quiet numpy prometheus_client

@@ -1,0 +1,298 @@
+//! The store's operations on a session, each one round trip (a Lua script where it reads and
+//! writes, so that no other client's command runs between the two).
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The keys' common prefix.
+const PREFIX: &str = "rp";
+
+/// The store could not be reached or answered something else than expected.
+#[derive(Debug, thiserror::Error)]
+#[error("session store: {0}")]
+pub(crate) struct StoreError(String);
+
+impl From<redis::RedisError> for StoreError {
+    fn from(error: redis::RedisError) -> Self {
+        StoreError(error.to_string())
+    }
+}
+
+/// A session held by this replica until the lease runs out or is released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// The session.
+    pub id: Uuid,
+    /// The fencing token: larger than any handed out for the session before.
+    pub token: u64,
+    /// What the lease key holds: `holder:token`.
+    value: String,
+}
+
+/// What asking for a session's lease gave.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The lease, and how many entries the session has.
+    Held(Lease, u64),
+    /// Another replica holds it, for at most this long.
+    Busy(Duration),
+    /// The store has no such session.
+    Missing,
+}
+
+/// What appending a change gave.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// Appended: the session now has this many entries.
+    At(u64),
+    /// The lease is no longer this one (it ran out and another replica may hold it): nothing
+    /// was written.
+    Fenced,
+    /// The session has this many entries, not the number expected: nothing was written.
+    Moved(u64),
+}
+
+/// A connection to the store, for one replica (`holder` names it in the leases it takes).
+#[derive(Clone)]
+pub(crate) struct Store {
+    connection: ConnectionManager,
+    holder: String,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+/// The scripts, each hashed once (they run by hash, and are sent whole once per server).
+struct Scripts {
+    create: Script,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    append: Script,
+    delete: Script,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("holder", &self.holder)
+            .finish()
+    }
+}
+
+fn key(id: Uuid, what: &str) -> String {
+    format!("{PREFIX}:{{{id}}}:{what}")
+}
+
+fn index() -> String {
+    format!("{PREFIX}:sessions")
+}
+
+/// KEYS: log, index. ARGV: id, created_at, entry. 1 when created, 0 when the id was taken.
+const CREATE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1";
+
+/// KEYS: log, lease, fence. ARGV: holder, ttl_ms. {token, length} when held; {0, pttl} when
+/// another holds it; {-1, 0} when there is no such session.
+const ACQUIRE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl ~= -2 then return {0, ttl} end
+local token = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[2], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+return {token, redis.call('LLEN', KEYS[1])}";
+
+/// KEYS: lease. ARGV: value, ttl_ms. 1 when still held (and extended), 0 when not.
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1";
+
+/// KEYS: lease. ARGV: value. 1 when it was held and is released, 0 when not held.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])";
+
+/// KEYS: lease, log. ARGV: value, expected length, entry. {1, length} when appended, {0, 0}
+/// when the lease is not held, {-1, length} when the length is not the expected one.
+const APPEND: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0} end
+local length = redis.call('LLEN', KEYS[2])
+if length ~= tonumber(ARGV[2]) then return {-1, length} end
+return {1, redis.call('RPUSH', KEYS[2], ARGV[3])}";
+
+/// KEYS: log, lease, fence, index. ARGV: id. 1 when this call deleted the session.
+const DELETE: &str = r"
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return redis.call('ZREM', KEYS[4], ARGV[1])";
+
+impl Store {
+    /// Connects to the store at `url` (`redis://host:port/db`); the connection reconnects by
+    /// itself after a failure.
+    pub async fn connect(url: &str, holder: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2);
+        let connection = client.get_connection_manager_with_config(config).await?;
+        let scripts = Scripts {
+            create: Script::new(CREATE),
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            release: Script::new(RELEASE),
+            append: Script::new(APPEND),
+            delete: Script::new(DELETE),
+        };
+        Ok(Self {
+            connection,
+            holder: holder.to_string(),
+            scripts: std::sync::Arc::new(scripts),
+        })
+    }
+
+    /// Records a new session whose first entry is `entry`; `false` when `id` is taken.
+    pub async fn create(
+        &self,
+        id: Uuid,
+        created_at: f64,
+        entry: &[u8],
+    ) -> Result<bool, StoreError> {
+        let created: i64 = self
+            .scripts
+            .create
+            .key(key(id, "log"))
+            .key(index())
+            .arg(id.to_string())
+            .arg(created_at)
+            .arg(entry)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(created == 1)
+    }
+
+    /// Asks for `id`'s lease, for `ttl` unless renewed.
+    pub async fn acquire(&self, id: Uuid, ttl: Duration) -> Result<Acquired, StoreError> {
+        let (first, second): (i64, i64) = self
+            .scripts
+            .acquire
+            .key(key(id, "log"))
+            .key(key(id, "lease"))
+            .key(key(id, "fence"))
+            .arg(&self.holder)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(match first {
+            -1 => Acquired::Missing,
+            0 => Acquired::Busy(Duration::from_millis(second.max(0) as u64)),
+            token => {
+                let token = token as u64;
+                let value = format!("{}:{token}", self.holder);
+                Acquired::Held(Lease { id, token, value }, second as u64)
+            }
+        })
+    }
+
+    /// Extends `lease` by `ttl`; `false` when it is no longer held.
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let renewed: i64 = self
+            .scripts
+            .renew
+            .key(key(lease.id, "lease"))
+            .arg(&lease.value)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives `lease` up; `false` when it was no longer held.
+    pub async fn release(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let released: i64 = self
+            .scripts
+            .release
+            .key(key(lease.id, "lease"))
+            .arg(&lease.value)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// Appends `entry` to the session of `lease`, if the lease still holds and the session
+    /// has `expected` entries.
+    pub async fn append(
+        &self,
+        lease: &Lease,
+        expected: u64,
+        entry: &[u8],
+    ) -> Result<Appended, StoreError> {
+        let (outcome, length): (i64, i64) = self
+            .scripts
+            .append
+            .key(key(lease.id, "lease"))
+            .key(key(lease.id, "log"))
+            .arg(&lease.value)
+            .arg(expected)
+            .arg(entry)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(match outcome {
+            1 => Appended::At(length as u64),
+            0 => Appended::Fenced,
+            _ => Appended::Moved(length as u64),
+        })
+    }
+
+    /// The session's entries from the `from`th on; `None` when the store has no such session.
+    pub async fn entries(&self, id: Uuid, from: u64) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        let mut connection = self.connection.clone();
+        let (exists, entries): (i64, Vec<Vec<u8>>) = redis::pipe()
+            .atomic()
+            .cmd("EXISTS")
+            .arg(key(id, "log"))
+            .cmd("LRANGE")
+            .arg(key(id, "log"))
+            .arg(from)
+            .arg(-1)
+            .query_async(&mut connection)
+            .await?;
+        Ok((exists == 1).then_some(entries))
+    }
+
+    /// Deletes the session; `true` for the one call, fleet-wide, that deleted it.
+    pub async fn delete(&self, id: Uuid) -> Result<bool, StoreError> {
+        let deleted: i64 = self
+            .scripts
+            .delete
+            .key(key(id, "log"))
+            .key(key(id, "lease"))
+            .key(key(id, "fence"))
+            .key(index())
+            .arg(id.to_string())
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// Every session, with its creation time (seconds since the epoch), oldest first.
+    pub async fn sessions(&self) -> Result<Vec<(Uuid, f64)>, StoreError> {
+        let listed: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(index())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|(id, at)| Some((Uuid::parse_str(&id).ok()?, at)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests;
