@@ -54,7 +54,7 @@ fn main() {
                 let node = (t > 0).then_some(0);
                 let record =
                     synthetic_turn(node, per_turn - sampled, sampled, (s * turns + t) as u32);
-                journal.committed(id, &record).unwrap();
+                futures::executor::block_on(journal.committed(id, &record)).unwrap();
             }
         }
         let seconds = start.elapsed().as_secs_f64();

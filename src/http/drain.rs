@@ -35,7 +35,9 @@ pub async fn drain(state: Arc<AppState>, server: ServerHandle, timeout: Duration
     if left > 0 {
         tracing::warn!(left, "drain timeout: stopping with turns under way");
     }
-    if let Err(error) = state.keep(|log| log.sync()) {
+    if let Some(log) = &state.journal
+        && let Err(error) = log.sync()
+    {
         tracing::error!(%error, "syncing the session log failed");
     }
     server.stop(true).await;

@@ -192,7 +192,7 @@ fn npz_body(
             // Every chunk is out: the writer has ended, well or not.
             let failure = match writer?.await {
                 Ok(Ok(Rows::Locked(held))) => {
-                    remove(&state, &held);
+                    remove(&state, &held).await;
                     return None;
                 }
                 Ok(Ok(Rows::Copied(_))) => return None,
@@ -266,7 +266,7 @@ fn lines(
             }
             let Some(session) = pending.next() else {
                 if delete {
-                    remove(&state, &held);
+                    remove(&state, &held).await;
                 }
                 return Some((Ok(bytes::Bytes::new()), (state, pending, Vec::new(), true)));
             };
@@ -301,9 +301,9 @@ fn lines(
 
 /// Removes the exported sessions (journaled first; one that cannot be journaled stays, to be
 /// exported again rather than lost).
-fn remove(state: &AppState, held: &[Held]) {
+async fn remove(state: &AppState, held: &[Held]) {
     for (session, _) in held {
-        if state.keep(|log| log.deleted(session.id)).is_ok() {
+        if state.keep(|log| log.deleted(session.id)).await.is_ok() {
             state.sessions.remove(&session.id.to_string());
         }
     }

@@ -125,6 +125,7 @@ pub async fn once_per_key(
             log,
             session,
             key,
+            keeping: None,
         })
     }))
 }
@@ -143,6 +144,8 @@ struct Recording {
     log: Option<Arc<dyn SessionLog>>,
     session: Arc<Session>,
     key: String,
+    /// The kept reply being journaled: the body ends once it is (and the slot is let go).
+    keeping: Option<futures::future::BoxFuture<'static, ()>>,
 }
 
 impl MessageBody for Recording {
@@ -157,6 +160,11 @@ impl MessageBody for Recording {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
         let this = &mut *self;
+        if let Some(keeping) = &mut this.keeping {
+            std::task::ready!(keeping.as_mut().poll(cx));
+            this.keeping = None;
+            return std::task::Poll::Ready(None);
+        }
         let next = std::pin::Pin::new(&mut this.body).poll_next(cx);
         match &next {
             std::task::Poll::Ready(Some(Ok(chunk))) => this.seen.extend_from_slice(chunk),
@@ -173,10 +181,14 @@ impl MessageBody for Recording {
                         content_type: std::mem::take(&mut this.content_type),
                         body: Bytes::from(std::mem::take(&mut this.seen)),
                     });
-                    if let Some(log) = &this.log
-                        && let Err(error) = log.replied(this.session.id, &this.key, &slot)
-                    {
-                        tracing::error!(%error, "journaling an idempotent reply failed");
+                    if let Some(log) = this.log.clone() {
+                        let (id, key) = (this.session.id, this.key.clone());
+                        this.keeping = Some(Box::pin(async move {
+                            if let Err(error) = log.replied(id, &key, &slot).await {
+                                tracing::error!(%error, "journaling an idempotent reply failed");
+                            }
+                        }));
+                        return self.poll_next(cx);
                     }
                 }
             }

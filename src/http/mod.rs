@@ -160,14 +160,14 @@ impl AppState {
 
     /// Has the session log (when sessions are kept beyond the process) keep a change; a 503
     /// when it cannot.
-    pub fn keep(
-        &self,
-        change: impl FnOnce(&dyn crate::session::SessionLog) -> Result<(), crate::session::LogError>,
+    pub async fn keep<'a>(
+        &'a self,
+        change: impl FnOnce(&'a dyn crate::session::SessionLog) -> LogChange<'a>,
     ) -> Result<(), ApiError> {
         let Some(log) = &self.journal else {
             return Ok(());
         };
-        change(log.as_ref()).map_err(|error| {
+        change(log.as_ref()).await.map_err(|error| {
             tracing::error!(%error, "the session log failed");
             ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -189,6 +189,9 @@ impl AppState {
     }
 }
 
+/// A change a [`crate::session::SessionLog`] is keeping.
+pub type LogChange<'a> = futures::future::BoxFuture<'a, Result<(), crate::session::LogError>>;
+
 /// Expires idle sessions (with `--session-ttl`), checking a few times per time to live.
 async fn expire_idle_sessions(state: Arc<AppState>) {
     let Some(ttl) = state.sessions.limits().ttl else {
@@ -204,7 +207,7 @@ async fn expire_idle_sessions(state: Arc<AppState>) {
         let expired = state.sessions.expire_idle();
         for &id in &expired {
             // Logged inside; the session is gone from memory either way.
-            let _ = state.keep(|log| log.deleted(id));
+            let _ = state.keep(|log| log.deleted(id)).await;
         }
         if !expired.is_empty() {
             state.freed.note();

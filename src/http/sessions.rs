@@ -80,7 +80,7 @@ pub async fn create(
                 full.to_string(),
             )
         })?;
-    if let Err(error) = state.keep(|log| log.created(&session)) {
+    if let Err(error) = state.keep(|log| log.created(&session)).await {
         state.sessions.remove(&session.id.to_string());
         return Err(error);
     }
@@ -123,7 +123,7 @@ pub async fn delete(
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
     let session = state.sessions.get(&id).ok_or_else(|| state.missing(&id))?;
-    state.keep(|log| log.deleted(session.id))?;
+    state.keep(|log| log.deleted(session.id)).await?;
     state.sessions.remove(&id);
     state.freed.note();
     Ok(HttpResponse::Ok().json(json!({"status": "deleted", "uuid": session.id})))
@@ -152,7 +152,7 @@ pub async fn reward(
         metadata: body.metadata.unwrap_or_default(),
         rewarded_at: crate::session::now_seconds(),
     };
-    state.keep(|log| log.rewarded(session.id, &reward))?;
+    state.keep(|log| log.rewarded(session.id, &reward)).await?;
     let reply = json!({"uuid": session.id, "reward": reward.reward,
         "metadata": reward.metadata, "rewarded_at": reward.rewarded_at});
     session.set_reward(reward);

@@ -254,8 +254,9 @@ impl Journal {
     }
 }
 
+#[async_trait::async_trait]
 impl SessionLog for Journal {
-    fn created(&self, session: &Session) -> Result<(), LogError> {
+    async fn created(&self, session: &Session) -> Result<(), LogError> {
         let entry = Entry::Created {
             id: session.id,
             options: session.options.clone(),
@@ -264,19 +265,24 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
-    fn deleted(&self, session: Uuid) -> Result<(), LogError> {
+    async fn deleted(&self, session: Uuid) -> Result<(), LogError> {
         self.append(&Entry::Deleted { id: session })
             .map_err(log_error)
     }
 
-    fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError> {
+    async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError> {
         self.append_with(session, false, |out| {
             codec::encode_commit(session, record, out)
         })
         .map_err(log_error)
     }
 
-    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError> {
+    async fn relabelled(
+        &self,
+        session: Uuid,
+        node: usize,
+        label: &'static str,
+    ) -> Result<(), LogError> {
         let entry = Entry::Relabelled {
             id: session,
             node,
@@ -285,7 +291,7 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
-    fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError> {
+    async fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError> {
         let Some(reply) = &slot.reply else {
             return Ok(());
         };
@@ -300,7 +306,7 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
-    fn rewarded(&self, session: Uuid, reward: &Reward) -> Result<(), LogError> {
+    async fn rewarded(&self, session: Uuid, reward: &Reward) -> Result<(), LogError> {
         let entry = Entry::Rewarded {
             id: session,
             reward: reward.reward,
@@ -310,7 +316,7 @@ impl SessionLog for Journal {
         self.append(&entry).map_err(log_error)
     }
 
-    fn stored(
+    async fn stored(
         &self,
         session: Uuid,
         response_id: &str,

@@ -360,7 +360,9 @@ pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) -> b
                 items,
                 body,
             };
-            session.responses.insert(response_id, response);
+            session
+                .responses
+                .insert(response_id, std::sync::Arc::new(response));
         }
     }
     true

@@ -170,7 +170,7 @@ fn compacting_at_run_time_keeps_every_live_session_and_appends_after_it() {
             .unwrap();
         for t in 0..3 {
             let record = turn((t > 0).then_some(0), i * 10 + t);
-            journal.committed(session.id, &record).unwrap();
+            futures::executor::block_on(journal.committed(session.id, &record)).unwrap();
             session.apply(&mut session.state.try_lock().unwrap(), &record);
         }
         if i % 4 == 0 {
@@ -186,7 +186,7 @@ fn compacting_at_run_time_keeps_every_live_session_and_appends_after_it() {
     // Appends go on into the compacted file.
     let last = store.get(&kept[0].to_string()).unwrap();
     let record = turn(Some(0), 999);
-    journal.committed(last.id, &record).unwrap();
+    futures::executor::block_on(journal.committed(last.id, &record)).unwrap();
     last.apply(&mut last.state.try_lock().unwrap(), &record);
     drop(journal);
 
@@ -385,7 +385,7 @@ fn replay_keeps_every_whole_frame_and_invents_none() {
         }
         // Appends go on after the repair, and a second start finds the journal clean.
         let session = restored.create(SessionOptions::default()).unwrap();
-        journal.created(&session).unwrap();
+        futures::executor::block_on(journal.created(&session)).unwrap();
         drop(journal);
         let again = SessionStore::default();
         let (_, replayed) = Journal::open(&dir, &again).unwrap();

@@ -334,27 +334,34 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
 /// A store that keeps what happens to sessions, so they outlive the process (the journal of
 /// `--data-dir`; a store shared by several proxies could be another). Every call happens
 /// before the change is answered; an error means the change must not be made.
+#[async_trait::async_trait]
 pub trait SessionLog: Send + Sync + std::fmt::Debug {
     /// A session was created.
-    fn created(&self, session: &Session) -> Result<(), LogError>;
+    async fn created(&self, session: &Session) -> Result<(), LogError>;
     /// A session was deleted or expired.
-    fn deleted(&self, session: Uuid) -> Result<(), LogError>;
+    async fn deleted(&self, session: Uuid) -> Result<(), LogError>;
     /// A turn of `session` is about to be applied.
-    fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
+    async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
     /// `node`'s last turn gets a new nudge label.
-    fn relabelled(&self, session: Uuid, node: usize, label: &'static str) -> Result<(), LogError>;
+    async fn relabelled(
+        &self,
+        session: Uuid,
+        node: usize,
+        label: &'static str,
+    ) -> Result<(), LogError>;
     /// A turn's reply was kept under an `Idempotency-Key` of `session`.
-    fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError>;
+    async fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError>;
     /// `session`'s rollout got its reward.
-    fn rewarded(&self, session: Uuid, reward: &super::Reward) -> Result<(), LogError>;
+    async fn rewarded(&self, session: Uuid, reward: &super::Reward) -> Result<(), LogError>;
     /// A Responses API reply was stored on `session`.
-    fn stored(
+    async fn stored(
         &self,
         session: Uuid,
         response_id: &str,
         response: &StoredResponse,
     ) -> Result<(), LogError>;
-    /// Housekeeping after deletions (the journal compacts); called at most once a second.
+    /// Housekeeping after deletions (the journal compacts); called at most once a second, off
+    /// the async workers.
     fn tidy(&self) -> Result<(), LogError>;
     /// Bytes the log takes, when it can say (for `GET /metrics`).
     fn bytes(&self) -> Option<u64> {

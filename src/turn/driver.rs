@@ -363,7 +363,7 @@ impl<'t> Driver<'t> {
 
     /// Records `output` in the session as this turn (`nudge`: how a nudge went for it);
     /// returns the node of each choice.
-    pub(super) fn record(
+    pub(super) async fn record(
         &self,
         state: &mut SessionState,
         output: &TurnOutput,
@@ -383,7 +383,7 @@ impl<'t> Driver<'t> {
         let mut record =
             CommitRecord::new(plan, &output.choices, &labels, track_tree, request.tools());
         record.key = request.key().cloned();
-        let nodes = self.pipeline.write(session, state, record)?;
+        let nodes = self.pipeline.write(session, state, record).await?;
         let metrics = &self.pipeline.metrics;
         if let TurnRequest::Chat(_) = request {
             let format = session.options.tool_parser.name();

@@ -152,18 +152,19 @@ impl Pipeline {
             TurnRequest::Text(_) => None,
         };
         let Some(retry_request) = nudge else {
-            driver.record(&mut guard, &first, None)?;
+            driver.record(&mut guard, &first, None).await?;
             return Ok(first);
         };
-        let nodes = driver.record(&mut guard, &first, Some("kept"))?;
+        let nodes = driver.record(&mut guard, &first, Some("kept")).await?;
         let retry_turn = TurnRequest::Chat(&retry_request);
         let retry = Driver::new(self, session, retry_turn, Events::Kept)
             .attempt(&guard)
             .await;
         let label = match retry {
             Ok((retry, _)) if !retry.choices[0].reply.tool_calls.is_empty() => {
-                self.relabel(session, &mut guard, nodes[0], "discarded")?;
-                driver.record(&mut guard, &retry, Some("kept"))?;
+                self.relabel(session, &mut guard, nodes[0], "discarded")
+                    .await?;
+                driver.record(&mut guard, &retry, Some("kept")).await?;
                 return Ok(retry);
             }
             Ok(_) => "kept_retry_discarded",
@@ -172,7 +173,7 @@ impl Pipeline {
                 "kept_retry_discarded"
             }
         };
-        self.relabel(session, &mut guard, nodes[0], label)?;
+        self.relabel(session, &mut guard, nodes[0], label).await?;
         Ok(first)
     }
 
@@ -236,7 +237,7 @@ impl Pipeline {
 
     /// Journals `record` (when there is a journal), then applies it. A choice whose backend
     /// reported no weight version gets the one the trainer announced.
-    pub(super) fn write(
+    pub(super) async fn write(
         &self,
         session: &Session,
         state: &mut SessionState,
@@ -253,6 +254,7 @@ impl Pipeline {
         self.count(state, &record);
         if let Some(log) = &self.log {
             log.committed(session.id, &record)
+                .await
                 .map_err(|e| TurnError::Journal(e.0))?;
         }
         Ok(session.apply(state, &record))
@@ -303,7 +305,7 @@ impl Pipeline {
     }
 
     /// Labels the last turn of `node` with how the nudge went.
-    fn relabel(
+    async fn relabel(
         &self,
         session: &Session,
         state: &mut SessionState,
@@ -312,6 +314,7 @@ impl Pipeline {
     ) -> Result<(), TurnError> {
         if let Some(log) = &self.log {
             log.relabelled(session.id, node, label)
+                .await
                 .map_err(|e| TurnError::Journal(e.0))?;
         }
         state.relabel(node, label);

@@ -84,7 +84,7 @@ impl Pipeline {
                 return self.fail_stream(&driver, request.api, error).await;
             }
         };
-        if !replayed && let Err(error) = driver.record(&mut guard, &output, None) {
+        if !replayed && let Err(error) = driver.record(&mut guard, &output, None).await {
             return self.fail_stream(&driver, request.api, error).await;
         }
         self.metrics.time(Stage::Turn, driver.started().elapsed());

@@ -134,7 +134,7 @@ impl Store for Ours {
     fn write(&mut self, _seq: u32, write: Write) -> Result<()> {
         match write {
             Write::Created(entry) => self.journal.append(entry)?,
-            Write::Turn(id, record) => self.journal.committed(id, record)?,
+            Write::Turn(id, record) => futures::executor::block_on(self.journal.committed(id, record))?,
         }
         if self.sync {
             // The journal's own sync (flush, then fsync): the only one it exposes.

@@ -57,12 +57,18 @@ impl Conversation {
 }
 
 /// Keeps a finished response on its session: the items it added (its input, then its output),
-/// linked to the response it continued, and the object.
-fn keep(finished: Finished, output: &[reply::OutputItem], response: &reply::ResponseObject) {
+/// linked to the response it continued, and the object. Returns the journal's write of it,
+/// which the caller awaits before the reply ends (the turn itself is journaled before: a
+/// failed write only loses the stored copy on a restart).
+fn keep(
+    finished: Finished,
+    output: &[reply::OutputItem],
+    response: &reply::ResponseObject,
+) -> Option<futures::future::BoxFuture<'static, ()>> {
     if !finished.store {
-        return;
+        return None;
     }
-    let id = response.id;
+    let id = response.id.to_string();
     let Conversation { previous, input } = finished.conversation;
     let input = input
         .iter()
@@ -71,18 +77,19 @@ fn keep(finished: Finished, output: &[reply::OutputItem], response: &reply::Resp
         .iter()
         .filter_map(|item| serde_json::to_value(item).ok());
     let items = input.chain(output).collect();
-    let stored = StoredResponse {
+    let stored = Arc::new(StoredResponse {
         previous,
         items,
         body: serde_json::to_value(response).unwrap_or_default(),
-    };
-    // The reply is sent already: a failed write only loses the stored copy on a restart.
-    if let Some(log) = &finished.journal
-        && let Err(error) = log.stored(finished.session.id, id, &stored)
-    {
-        tracing::error!(%error, "keeping a stored response failed");
-    }
-    finished.session.responses.insert(id.to_string(), stored);
+    });
+    let session = finished.session;
+    session.responses.insert(id.clone(), stored.clone());
+    let log = finished.journal?;
+    Some(Box::pin(async move {
+        if let Err(error) = log.stored(session.id, &id, &stored).await {
+            tracing::error!(%error, "keeping a stored response failed");
+        }
+    }))
 }
 
 /// The session, the body, and the conversation (the stored response of
@@ -175,7 +182,9 @@ pub async fn create(
         Some(reply.finish),
         Some(&usage),
     );
-    keep(finished, &items, &response);
+    if let Some(journaled) = keep(finished, &items, &response) {
+        journaled.await;
+    }
     Ok(HttpResponse::Ok().json(response))
 }
 

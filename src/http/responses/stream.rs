@@ -241,8 +241,13 @@ impl EventWriter {
                 let response = self
                     .shell
                     .response(state, &self.output, Some(finish), Some(&usage));
-                if let Some(finished) = self.finished.take() {
-                    keep(finished, &self.output, &response);
+                // Written right after this event: the encoder of an event stream is not async.
+                if let Some(journaled) = self
+                    .finished
+                    .take()
+                    .and_then(|finished| keep(finished, &self.output, &response))
+                {
+                    tokio::spawn(journaled);
                 }
                 let response = &response;
                 let event = match finish {
