@@ -68,6 +68,9 @@ pub struct Settings {
     pub context_length: Option<u32>,
     /// Where sessions are journaled (`--data-dir`): they survive a crash or restart.
     pub data_dir: Option<PathBuf>,
+    /// The Redis or Valkey store sessions are kept in (`--store redis://host:port/db`): they
+    /// survive the replica, and another replica started on the store serves them.
+    pub store: Option<String>,
     /// Bounds on the sessions held.
     pub session_limits: crate::session::SessionLimits,
     /// Most tokens a session's node may hold.
@@ -112,6 +115,12 @@ pub enum ConfigError {
     /// The journal cannot be opened or replayed.
     #[error(transparent)]
     Journal(#[from] crate::journal::JournalError),
+    /// The session store cannot be reached or read.
+    #[error(transparent)]
+    Store(#[from] crate::fleet::StoreError),
+    /// Sessions can be kept in one place only.
+    #[error("--data-dir and --store both keep sessions: give one")]
+    TwoSessionLogs,
 }
 
 impl ConfigFile {
@@ -195,8 +204,21 @@ impl Settings {
         };
         let engine_context = embedded.is_some().then_some(self.engine.context);
         let sessions = SessionStore::new(self.session_limits);
-        let journal = match &self.data_dir {
-            Some(dir) => {
+        let journal = match (&self.data_dir, &self.store) {
+            (Some(_), Some(_)) => return Err(ConfigError::TwoSessionLogs),
+            (None, Some(url)) => {
+                let started = std::time::Instant::now();
+                let holder = format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple());
+                let (fleet, loaded) = crate::fleet::Fleet::open(url, &holder, &sessions).await?;
+                tracing::info!(
+                    sessions = loaded.sessions,
+                    turns = loaded.turns,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "sessions loaded from the store"
+                );
+                Some(Arc::new(fleet) as Arc<dyn crate::session::SessionLog>)
+            }
+            (Some(dir), None) => {
                 let started = std::time::Instant::now();
                 let (journal, replayed) = crate::journal::Journal::open(dir, &sessions)?;
                 tracing::info!(
@@ -207,7 +229,7 @@ impl Settings {
                 );
                 Some(Arc::new(journal) as Arc<dyn crate::session::SessionLog>)
             }
-            None => None,
+            (None, None) => None,
         };
         let engine = embedded.map(|e| e.engine);
         // A tokenizer that cannot encode the probe leaves the servers unchecked, not the

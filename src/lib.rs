@@ -20,7 +20,7 @@
 //! where the model did not sample) and `logprobs`. A later turn that resends the conversation
 //! is matched to the ids already sampled, so one rollout stays one node. Beyond the nodes,
 //! `export` writes them out in bulk (JSON lines, NumPy, Harbor's ATIF), [`journal`] keeps
-//! them through restarts, [`metrics`] counts what turns did, [`telemetry`] sends each turn as an OpenTelemetry span, and `viewer` shows them token
+//! them through restarts ([`fleet`]: in Redis or Valkey, shared by replicas), [`metrics`] counts what turns did, [`telemetry`] sends each turn as an OpenTelemetry span, and `viewer` shows them token
 //! by token in a browser (`GET /ui`).
 //!
 //! Modules, in the order a turn uses them: [`http`], [`chat`], [`turn`], [`template`],
@@ -47,10 +47,7 @@ pub mod checker;
 pub mod config;
 pub mod engine;
 pub(crate) mod export;
-// The fleet's store primitives, tested against a real redis-server; serving is wired to them
-// next (issue 33), and until then they are built with the tests only.
-#[cfg(test)]
-mod fleet;
+pub mod fleet;
 pub mod generation;
 pub mod grammar;
 pub mod http;

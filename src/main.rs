@@ -134,6 +134,10 @@ struct ServeArgs {
     /// Without it, sessions live in memory only.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Keep sessions in this Redis or Valkey store (`redis://host:port/db`) instead: a replica
+    /// that dies loses nothing, and another started on the store serves its sessions.
+    #[arg(long, conflicts_with = "data_dir")]
+    store: Option<String>,
     /// Expire a session idle this many seconds (its routes then answer 404 saying so).
     #[arg(long)]
     session_ttl: Option<f64>,
@@ -221,6 +225,7 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         context_length: args.context_length,
         data_dir: args.data_dir.clone(),
+        store: args.store.clone(),
         session_limits: rollout_proxy::session::SessionLimits {
             max_sessions: args.max_sessions,
             ttl: match args.session_ttl {

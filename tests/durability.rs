@@ -4,8 +4,12 @@
 
 mod common;
 
-use common::mock_worker::{MockWorker, Sample, Wire};
-use common::{KillOnDrop, char_model_dir, chars, free_port, scratch_dir, wait_for_health};
+use common::client::Client;
+use common::mock_worker::{MockWorker, Sample};
+use common::{
+    KillOnDrop, char_model_dir, chars, free_port, prompt_determined_upstream, scratch_dir,
+    wait_for_health,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
@@ -36,83 +40,15 @@ async fn started(mut command: std::process::Command, port: u16) -> KillOnDrop {
     server
 }
 
-/// An upstream whose answer depends only on the prompt (restarts change nothing).
-fn upstream() -> MockWorker {
-    let worker = MockWorker::start(Wire::Sglang);
-    worker.respond_with(Arc::new(|prompt: &[u32]| {
-        Sample::stop(chars(&format!("answer {}", prompt.len())))
-    }));
-    worker
-}
-
 /// A scratch folder, an upstream, a port and a client for one test's proxy.
 fn setup(name: &str) -> (std::path::PathBuf, MockWorker, u16, Client) {
     let port = free_port();
-    let client = Client {
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
-    (scratch_dir(name), upstream(), port, client)
-}
-
-struct Client {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Client {
-    async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{path}: {}",
-            response.status()
-        );
-        response.json().await.unwrap()
-    }
-
-    async fn get_json(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap())
-    }
-
-    async fn nodes_text(&self, uuid: &str) -> (u16, String) {
-        let response = self
-            .http
-            .get(format!("{}/{uuid}/nodes", self.base))
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
-    }
-
-    /// A turn continuing `messages` (the reply is appended to them).
-    async fn turn(&self, uuid: &str, messages: &mut Vec<Value>, user: &str) {
-        messages.push(json!({"role": "user", "content": user}));
-        let reply = self
-            .post(
-                &format!("/{uuid}/v1/chat/completions"),
-                json!({"messages": messages}),
-            )
-            .await;
-        messages.push(reply["choices"][0]["message"].clone());
-    }
-
-    async fn session(&self) -> String {
-        let created = self.post("/sessions/create", json!({})).await;
-        created["uuid"].as_str().unwrap().to_string()
-    }
+    (
+        scratch_dir(name),
+        prompt_determined_upstream(),
+        port,
+        Client::on(port),
+    )
 }
 
 #[tokio::test]

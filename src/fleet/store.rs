@@ -12,7 +12,13 @@ const PREFIX: &str = "rp";
 /// The store could not be reached or answered something else than expected.
 #[derive(Debug, thiserror::Error)]
 #[error("session store: {0}")]
-pub(crate) struct StoreError(String);
+pub struct StoreError(String);
+
+impl StoreError {
+    pub(crate) fn new(message: String) -> Self {
+        StoreError(message)
+    }
+}
 
 impl From<redis::RedisError> for StoreError {
     fn from(error: redis::RedisError) -> Self {
@@ -66,7 +72,6 @@ pub(crate) struct Store {
 struct Scripts {
     create: Script,
     acquire: Script,
-    renew: Script,
     release: Script,
     append: Script,
     delete: Script,
@@ -105,12 +110,6 @@ local token = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[2], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 return {token, redis.call('LLEN', KEYS[1])}";
 
-/// KEYS: lease. ARGV: value, ttl_ms. 1 when still held (and extended), 0 when not.
-const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1";
-
 /// KEYS: lease. ARGV: value. 1 when it was held and is released, 0 when not held.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -142,7 +141,6 @@ impl Store {
         let scripts = Scripts {
             create: Script::new(CREATE),
             acquire: Script::new(ACQUIRE),
-            renew: Script::new(RENEW),
             release: Script::new(RELEASE),
             append: Script::new(APPEND),
             delete: Script::new(DELETE),
@@ -195,19 +193,6 @@ impl Store {
                 Acquired::Held(Lease { id, token, value }, second as u64)
             }
         })
-    }
-
-    /// Extends `lease` by `ttl`; `false` when it is no longer held.
-    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        let renewed: i64 = self
-            .scripts
-            .renew
-            .key(key(lease.id, "lease"))
-            .arg(&lease.value)
-            .arg(ttl.as_millis() as u64)
-            .invoke_async(&mut self.connection.clone())
-            .await?;
-        Ok(renewed == 1)
     }
 
     /// Gives `lease` up; `false` when it was no longer held.

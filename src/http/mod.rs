@@ -172,7 +172,7 @@ impl AppState {
             ApiError::new(
                 actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable_error",
-                format!("the session change could not be journaled: {error}"),
+                format!("the session change could not be kept: {error}"),
             )
         })
     }

@@ -257,11 +257,7 @@ impl Journal {
 #[async_trait::async_trait]
 impl SessionLog for Journal {
     async fn created(&self, session: &Session) -> Result<(), LogError> {
-        let entry = Entry::Created {
-            id: session.id,
-            options: session.options.clone(),
-            created_at: session.created_at,
-        };
+        let entry = Entry::created(session);
         self.append(&entry).map_err(log_error)
     }
 
@@ -283,37 +279,20 @@ impl SessionLog for Journal {
         node: usize,
         label: &'static str,
     ) -> Result<(), LogError> {
-        let entry = Entry::Relabelled {
-            id: session,
-            node,
-            label,
-        };
+        let entry = Entry::relabelled(session, node, label);
         self.append(&entry).map_err(log_error)
     }
 
     async fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError> {
-        let Some(reply) = &slot.reply else {
-            return Ok(());
-        };
-        let entry = Entry::Replied {
-            id: session,
-            key: key.to_string(),
-            body_hash: slot.body_hash,
-            status: reply.status,
-            content_type: reply.content_type.clone(),
-            body: reply.body.to_vec(),
-        };
-        self.append(&entry).map_err(log_error)
+        match Entry::replied(session, key, slot) {
+            Some(entry) => self.append(&entry).map_err(log_error),
+            None => Ok(()),
+        }
     }
 
     async fn rewarded(&self, session: Uuid, reward: &Reward) -> Result<(), LogError> {
-        let entry = Entry::Rewarded {
-            id: session,
-            reward: reward.reward,
-            metadata: serde_json::to_string(&reward.metadata).unwrap_or_default(),
-            rewarded_at: reward.rewarded_at,
-        };
-        self.append(&entry).map_err(log_error)
+        self.append(&Entry::rewarded(session, reward))
+            .map_err(log_error)
     }
 
     async fn stored(
@@ -322,15 +301,8 @@ impl SessionLog for Journal {
         response_id: &str,
         response: &StoredResponse,
     ) -> Result<(), LogError> {
-        let previous = response.previous.as_ref();
-        let entry = Entry::Stored {
-            id: session,
-            response_id: response_id.to_string(),
-            previous: previous.and_then(|p| p.body["id"].as_str().map(str::to_string)),
-            items: serde_json::to_string(&response.items).unwrap_or_default(),
-            body: response.body.to_string(),
-        };
-        self.append(&entry).map_err(log_error)
+        self.append(&Entry::stored(session, response_id, response))
+            .map_err(log_error)
     }
 
     fn tidy(&self) -> Result<(), LogError> {

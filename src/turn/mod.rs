@@ -95,8 +95,8 @@ pub enum TurnError {
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
-    /// The turn could not be journaled; nothing was recorded.
-    #[error("the turn could not be journaled: {0}")]
+    /// The turn could not be kept (journal or store); nothing was recorded.
+    #[error("the turn could not be kept: {0}")]
     Journal(String),
     /// A prompt sent as ids holds one the model does not have.
     #[error("'prompt' holds token id {id}, outside the vocabulary (ids are below {vocab_size})")]

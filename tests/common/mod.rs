@@ -32,8 +32,10 @@ pub fn fixture_model(name: &str) -> PathBuf {
     dir
 }
 
+pub mod client;
 pub mod llama;
 pub mod mock_worker;
+pub mod redis;
 pub mod routing;
 pub mod vllm;
 
@@ -160,6 +162,16 @@ pub async fn wait_for_health(client: &reqwest::Client, base: &str) -> serde_json
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// An SGLang upstream whose answer depends only on the prompt: proxies restarted, or replicas
+/// taking turns, get the same samples for the same prompt.
+pub fn prompt_determined_upstream() -> mock_worker::MockWorker {
+    let worker = mock_worker::MockWorker::start(mock_worker::Wire::Sglang);
+    worker.respond_with(Arc::new(|prompt: &[u32]| {
+        mock_worker::Sample::stop(chars(&format!("answer {}", prompt.len())))
+    }));
+    worker
 }
 
 /// A folder for one test's files under cargo's scratch directory for tests (`target/tmp`),

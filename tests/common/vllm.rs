@@ -30,7 +30,9 @@ impl VllmServer {
     pub fn start(args: &[&str]) -> Self {
         let (python, model) = installed();
         let port = super::free_port();
-        let log = super::scratch_dir("vllm-log").join("server.log");
+        // One folder per server: the tests of a file start theirs at once, and a scratch
+        // folder is emptied when made.
+        let log = super::scratch_dir(&format!("vllm-log-{port}")).join("server.log");
         let child = Command::new(&python)
             .args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
             .arg(&model)

@@ -85,6 +85,67 @@ pub enum Entry {
 }
 
 impl Entry {
+    /// `session`'s creation.
+    pub fn created(session: &crate::session::Session) -> Self {
+        Entry::Created {
+            id: session.id,
+            options: session.options.clone(),
+            created_at: session.created_at,
+        }
+    }
+
+    /// `node`'s last turn in `session` relabelled `label`.
+    pub fn relabelled(session: Uuid, node: usize, label: &'static str) -> Self {
+        Entry::Relabelled {
+            id: session,
+            node,
+            label,
+        }
+    }
+
+    /// A kept reply of `session` under `key`; `None` when the slot holds no reply.
+    pub fn replied(
+        session: Uuid,
+        key: &str,
+        slot: &crate::session::replies::KeySlot,
+    ) -> Option<Self> {
+        let reply = slot.reply.as_ref()?;
+        Some(Entry::Replied {
+            id: session,
+            key: key.to_string(),
+            body_hash: slot.body_hash,
+            status: reply.status,
+            content_type: reply.content_type.clone(),
+            body: reply.body.to_vec(),
+        })
+    }
+
+    /// `session`'s reward.
+    pub fn rewarded(session: Uuid, reward: &crate::session::Reward) -> Self {
+        Entry::Rewarded {
+            id: session,
+            reward: reward.reward,
+            metadata: serde_json::to_string(&reward.metadata).unwrap_or_default(),
+            rewarded_at: reward.rewarded_at,
+        }
+    }
+
+    /// A Responses reply stored on `session` under `response_id`.
+    pub fn stored(
+        session: Uuid,
+        response_id: &str,
+        response: &crate::session::responses::StoredResponse,
+    ) -> Self {
+        let previous = response.previous.as_ref();
+        Entry::Stored {
+            id: session,
+            response_id: response_id.to_string(),
+            previous: previous.and_then(|p| p.body["id"].as_str().map(str::to_string)),
+            items: serde_json::to_string(&response.items).unwrap_or_default(),
+            body: response.body.to_string(),
+        }
+    }
+
     /// The session it is about.
     pub fn session(&self) -> Uuid {
         match self {

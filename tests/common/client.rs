@@ -1,0 +1,73 @@
+//! A client of a proxy process for the tests that start, kill and restart them: sessions,
+//! chat turns that carry their conversation on, and nodes as text (to compare byte for byte).
+
+use serde_json::{Value, json};
+
+/// A client of one proxy at `base`.
+pub struct Client {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Client {
+    /// A client of the proxy listening on `port`.
+    pub fn on(port: u16) -> Self {
+        Client {
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+
+    pub async fn nodes_text(&self, uuid: &str) -> (u16, String) {
+        let response = self
+            .http
+            .get(format!("{}/{uuid}/nodes", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// A turn continuing `messages` (the reply is appended to them).
+    pub async fn turn(&self, uuid: &str, messages: &mut Vec<Value>, user: &str) {
+        messages.push(json!({"role": "user", "content": user}));
+        let reply = self
+            .post(
+                &format!("/{uuid}/v1/chat/completions"),
+                json!({"messages": messages}),
+            )
+            .await;
+        messages.push(reply["choices"][0]["message"].clone());
+    }
+
+    pub async fn session(&self) -> String {
+        let created = self.post("/sessions/create", json!({})).await;
+        created["uuid"].as_str().unwrap().to_string()
+    }
+}
