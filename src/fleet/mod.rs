@@ -74,20 +74,23 @@ impl Fleet {
 
     /// Appends one encoded change of session `id`, under its lease, at the length last seen.
     async fn append(&self, id: Uuid, entry: &[u8]) -> Result<(), LogError> {
-        let expected = self
-            .lengths
-            .get(&id)
-            .map(|length| *length)
-            .ok_or_else(|| LogError(format!("session {id} is not held by this replica")))?;
         let lease = self.lease(id).await?;
+        // Read under the lease: a change of this replica's that held it just before is counted.
+        let expected = self.lengths.get(&id).map(|length| *length);
+        let Some(expected) = expected else {
+            let _ = self.store.release(&lease).await;
+            return Err(LogError(format!(
+                "session {id} is not held by this replica"
+            )));
+        };
         let appended = self.store.append(&lease, expected, entry).await;
+        if let Ok(Appended::At(length)) = appended {
+            self.lengths.insert(id, length);
+        }
         // A lease not given back runs out by itself.
         let _ = self.store.release(&lease).await;
         match appended.map_err(|e| LogError(e.to_string()))? {
-            Appended::At(length) => {
-                self.lengths.insert(id, length);
-                Ok(())
-            }
+            Appended::At(_) => Ok(()),
             Appended::Fenced => Err(LogError(format!(
                 "session {id}: this replica's hold on it ran out before the change was kept"
             ))),
