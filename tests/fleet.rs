@@ -10,7 +10,7 @@ mod common;
 use common::client::Client;
 use common::redis::RedisServer;
 use common::{KillOnDrop, char_model_dir, free_port, prompt_determined_upstream, scratch_dir};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// A replica (`serve --store`) on a free port, before `upstream`; with its client.
 async fn replica(store: &str, upstream: &str) -> (KillOnDrop, Client) {
@@ -29,26 +29,6 @@ async fn replica(store: &str, upstream: &str) -> (KillOnDrop, Client) {
     (KillOnDrop(child), client)
 }
 
-/// A chat turn of `uuid` continuing `messages`: its status (the reply is appended on a 200).
-async fn turn(client: &Client, uuid: &str, messages: &mut Vec<Value>, user: &str) -> u16 {
-    let mut asked = messages.clone();
-    asked.push(json!({"role": "user", "content": user}));
-    let response = client
-        .http
-        .post(format!("{}/{uuid}/v1/chat/completions", client.base))
-        .json(&json!({ "messages": asked }))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    if status == 200 {
-        let reply: Value = response.json().await.unwrap();
-        asked.push(reply["choices"][0]["message"].clone());
-        *messages = asked;
-    }
-    status
-}
-
 #[tokio::test]
 async fn a_killed_replicas_sessions_are_served_exactly_by_another() {
     let dir = scratch_dir("fleet-takeover");
@@ -58,9 +38,9 @@ async fn a_killed_replicas_sessions_are_served_exactly_by_another() {
     let (kept, deleted) = (on_a.session().await, on_a.session().await);
     let mut messages = Vec::new();
     for user in ["first", "second", "third"] {
-        assert_eq!(turn(&on_a, &kept, &mut messages, user).await, 200);
+        assert_eq!(on_a.try_turn(&kept, &mut messages, user).await, 200);
     }
-    assert_eq!(turn(&on_a, &deleted, &mut Vec::new(), "gone").await, 200);
+    assert_eq!(on_a.try_turn(&deleted, &mut Vec::new(), "gone").await, 200);
     let gone = on_a
         .http
         .delete(format!("{}/{deleted}", on_a.base))
@@ -78,7 +58,7 @@ async fn a_killed_replicas_sessions_are_served_exactly_by_another() {
         "byte for byte"
     );
     assert_eq!(on_b.get_json(&format!("/{deleted}/nodes")).await.0, 404);
-    assert_eq!(turn(&on_b, &kept, &mut messages, "fourth").await, 200);
+    assert_eq!(on_b.try_turn(&kept, &mut messages, "fourth").await, 200);
     let (_, nodes) = on_b.get_json(&format!("/{kept}/nodes")).await;
     let nodes = nodes["nodes"].as_array().unwrap().clone();
     assert_eq!(nodes.len(), 1, "one node across replicas");
@@ -96,14 +76,17 @@ async fn a_replica_whose_copy_another_changed_refuses_rather_than_diverge() {
     let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
     let uuid = on_a.session().await;
     let mut messages = Vec::new();
-    assert_eq!(turn(&on_a, &uuid, &mut messages, "first").await, 200);
+    assert_eq!(on_a.try_turn(&uuid, &mut messages, "first").await, 200);
     // B loads the session as it is now; A then changes it.
     let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
     let mut on_b_messages = messages.clone();
-    assert_eq!(turn(&on_a, &uuid, &mut messages, "second").await, 200);
+    assert_eq!(on_a.try_turn(&uuid, &mut messages, "second").await, 200);
     let (_, after_a) = on_a.nodes_text(&uuid).await;
 
-    assert_eq!(turn(&on_b, &uuid, &mut on_b_messages, "second").await, 503);
+    assert_eq!(
+        on_b.try_turn(&uuid, &mut on_b_messages, "second").await,
+        503
+    );
     let (_c, on_c) = replica(&redis.url(), &upstream.url).await;
     assert_eq!(
         on_c.nodes_text(&uuid).await,
@@ -120,12 +103,12 @@ async fn a_restarted_store_keeps_every_acknowledged_turn_and_a_dead_one_refuses(
     let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
     let uuid = on_a.session().await;
     let mut messages = Vec::new();
-    assert_eq!(turn(&on_a, &uuid, &mut messages, "first").await, 200);
+    assert_eq!(on_a.try_turn(&uuid, &mut messages, "first").await, 200);
     redis.restart(); // SIGKILL, then the same port and append-only file.
     // The connection comes back by itself; a turn in the gap is refused, not half-kept.
     let mut status = 0;
     for _ in 0..20 {
-        status = turn(&on_a, &uuid, &mut messages, "second").await;
+        status = on_a.try_turn(&uuid, &mut messages, "second").await;
         if status == 200 {
             break;
         }
@@ -137,11 +120,26 @@ async fn a_restarted_store_keeps_every_acknowledged_turn_and_a_dead_one_refuses(
 
     redis.stop();
     assert_eq!(
-        turn(&on_a, &uuid, &mut messages.clone(), "third").await,
+        on_a.try_turn(&uuid, &mut messages.clone(), "third").await,
         503
     );
     assert_eq!(on_a.nodes_text(&uuid).await, (200, acknowledged.clone()));
     redis.restart();
     let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
     assert_eq!(on_b.nodes_text(&uuid).await, (200, acknowledged));
+}
+
+#[test]
+fn sessions_are_kept_in_one_place_only() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        .args(["serve", "--port", &free_port().to_string()])
+        .args(["--data-dir", "unused", "--store", "redis://127.0.0.1:1/0"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("--data-dir") && said.contains("--store"),
+        "{said}"
+    );
 }

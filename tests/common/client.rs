@@ -56,14 +56,32 @@ impl Client {
 
     /// A turn continuing `messages` (the reply is appended to them).
     pub async fn turn(&self, uuid: &str, messages: &mut Vec<Value>, user: &str) {
-        messages.push(json!({"role": "user", "content": user}));
-        let reply = self
-            .post(
-                &format!("/{uuid}/v1/chat/completions"),
-                json!({"messages": messages}),
-            )
-            .await;
-        messages.push(reply["choices"][0]["message"].clone());
+        assert_eq!(
+            self.try_turn(uuid, messages, user).await,
+            200,
+            "{uuid}: a turn"
+        );
+    }
+
+    /// A chat turn of `uuid` continuing `messages` with `user`: its status (on a 200 the
+    /// question and the reply are appended to `messages`, otherwise nothing is).
+    pub async fn try_turn(&self, uuid: &str, messages: &mut Vec<Value>, user: &str) -> u16 {
+        let mut asked = messages.clone();
+        asked.push(json!({"role": "user", "content": user}));
+        let response = self
+            .http
+            .post(format!("{}/{uuid}/v1/chat/completions", self.base))
+            .json(&json!({ "messages": asked }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        if status == 200 {
+            let reply: Value = response.json().await.unwrap();
+            asked.push(reply["choices"][0]["message"].clone());
+            *messages = asked;
+        }
+        status
     }
 
     pub async fn session(&self) -> String {
