@@ -32,8 +32,8 @@ export VLLM_PYTHON VLLM_MODEL
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE
-# The fleet's store tests (src/fleet) start their own redis-server.
-scripts/install-redis.sh
+# The fleet's tests (src/fleet, tests/fleet*.rs) start their own redis-server and HAProxy.
+scripts/install-fleet-parts.sh
 # tests/export.rs opens the `.npz` export with numpy; tests/metrics.rs parses /metrics with
 # prometheus_client.
 python3 -c 'import numpy, prometheus_client' 2>/dev/null || pip install --quiet numpy prometheus_client

@@ -207,15 +207,10 @@ impl Settings {
         let journal = match (&self.data_dir, &self.store) {
             (Some(_), Some(_)) => return Err(ConfigError::TwoSessionLogs),
             (None, Some(url)) => {
-                let started = std::time::Instant::now();
                 let holder = format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple());
-                let (fleet, loaded) = crate::fleet::Fleet::open(url, &holder, &sessions).await?;
-                tracing::info!(
-                    sessions = loaded.sessions,
-                    turns = loaded.turns,
-                    seconds = started.elapsed().as_secs_f64(),
-                    "sessions loaded from the store"
-                );
+                let expiry = self.session_limits.ttl;
+                let fleet = crate::fleet::Fleet::open(url, &holder, expiry).await?;
+                tracing::info!(%holder, "serving the sessions of the store");
                 Some(Arc::new(fleet) as Arc<dyn crate::session::SessionLog>)
             }
             (Some(dir), None) => {

@@ -1,32 +1,25 @@
 //! `serve --store redis://…`: sessions kept in a real redis-server (Debian's, started by each
-//! test with append-only persistence fsynced on every write). A replica killed with `kill -9`
-//! loses nothing and another started on the store serves its sessions byte for byte; a
-//! replica whose copy of a session another changed refuses the turn (503) rather than let the
-//! node diverge; a restarted store keeps every acknowledged turn, and a store that is down
-//! refuses turns with a 503 and leaves the session as it was.
+//! test with append-only persistence fsynced on every write). Every replica serves every
+//! session, turn after turn; a retry sent to another replica mid-turn is answered from the
+//! first one's record; a replica killed with `kill -9` loses nothing and another serves its
+//! sessions byte for byte; a replica paused past its lease writes nothing; a restarted store
+//! keeps every acknowledged turn, and while the store is down turns and reads get a 503 and the
+//! session stays as it was.
 
 mod common;
 
 use common::client::Client;
+use common::fleet::Replica;
+use common::mock_worker::{Reply, Sample};
 use common::redis::RedisServer;
-use common::{KillOnDrop, char_model_dir, free_port, prompt_determined_upstream, scratch_dir};
+use common::{chars, free_port, prompt_determined_upstream, scratch_dir};
 use serde_json::Value;
 
-/// A replica (`serve --store`) on a free port, before `upstream`; with its client.
-async fn replica(store: &str, upstream: &str) -> (KillOnDrop, Client) {
-    let port = free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
-        .args(["serve", "--port", &port.to_string(), "--workers", "1"])
-        .arg("--tokenizer")
-        .arg(char_model_dir())
-        .args(["--backend", upstream, "--backend-type", "sglang"])
-        .args(["--store", store])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let client = Client::on(port);
-    common::wait_for_health(&client.http, &client.base).await;
-    (KillOnDrop(child), client)
+/// A replica (`serve --store`) before `upstream`, with its client.
+async fn replica(store: &str, upstream: &str) -> (Replica, Client) {
+    let replica = Replica::start(store, upstream).await;
+    let client = replica.client();
+    (replica, client)
 }
 
 #[tokio::test]
@@ -69,30 +62,144 @@ async fn a_killed_replicas_sessions_are_served_exactly_by_another() {
 }
 
 #[tokio::test]
-async fn a_replica_whose_copy_another_changed_refuses_rather_than_diverge() {
-    let dir = scratch_dir("fleet-stale");
+async fn every_replica_serves_every_session_at_once() {
+    let dir = scratch_dir("fleet-any-replica");
     let redis = RedisServer::start(&dir);
     let upstream = prompt_determined_upstream();
     let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
-    let uuid = on_a.session().await;
-    let mut messages = Vec::new();
-    assert_eq!(on_a.try_turn(&uuid, &mut messages, "first").await, 200);
-    // B loads the session as it is now; A then changes it.
     let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
-    let mut on_b_messages = messages.clone();
-    assert_eq!(on_a.try_turn(&uuid, &mut messages, "second").await, 200);
-    let (_, after_a) = on_a.nodes_text(&uuid).await;
-
-    assert_eq!(
-        on_b.try_turn(&uuid, &mut on_b_messages, "second").await,
-        503
-    );
     let (_c, on_c) = replica(&redis.url(), &upstream.url).await;
+    let replicas = [&on_a, &on_b, &on_c];
+    let (uuid, other) = (on_a.session().await, on_b.session().await);
+    let mut messages = Vec::new();
+    // Round-robin, as a load balancer without stickiness sends them.
+    for (turn, user) in ["one", "two", "three", "four", "five", "six"]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            replicas[turn % 3]
+                .try_turn(&uuid, &mut messages, user)
+                .await,
+            200
+        );
+    }
+    let (_, on_one) = on_a.nodes_text(&uuid).await;
+    for replica in replicas {
+        assert_eq!(replica.nodes_text(&uuid).await, (200, on_one.clone()));
+    }
+    let nodes: Value = serde_json::from_str(&on_one).unwrap();
+    let nodes = nodes["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "one node, extended by three replicas");
+    assert_eq!(nodes[0]["metadata"]["num_turns"], 6);
+
+    on_c.post(
+        &format!("/{uuid}/reward"),
+        serde_json::json!({"reward": 0.5}),
+    )
+    .await;
+    let (_, listed) = on_a.get_json("/sessions").await;
+    let listed = listed["sessions"].as_array().unwrap();
+    let ids: Vec<&str> = listed.iter().map(|s| s["uuid"].as_str().unwrap()).collect();
+    assert!(ids.contains(&uuid.as_str()) && ids.contains(&other.as_str()));
+    let ours = listed.iter().find(|s| s["uuid"] == uuid.as_str()).unwrap();
+    assert_eq!(ours["reward"], 0.5, "a reward given on C is seen on A");
+
+    let deleted = on_b
+        .http
+        .delete(format!("{}/{uuid}", on_b.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success());
+    for replica in replicas {
+        assert_eq!(replica.get_json(&format!("/{uuid}/nodes")).await.0, 404);
+    }
+}
+
+/// An `Idempotency-Key` retry that a load balancer sends to another replica while the first
+/// request still samples waits for it, and is answered from its record: one turn, one reply.
+#[tokio::test]
+async fn a_retry_sent_to_another_replica_is_answered_from_the_first_ones_record() {
+    let dir = scratch_dir("fleet-retry");
+    let redis = RedisServer::start(&dir);
+    let upstream = prompt_determined_upstream();
+    let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
+    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
+    let uuid = on_a.session().await;
+    upstream.push(Reply::Delayed(
+        1500,
+        vec![Sample::stop(chars("slow answer"))],
+    ));
+    let keyed = |client: &Client| {
+        client
+            .http
+            .post(format!("{}/{uuid}/v1/chat/completions", client.base))
+            .header("Idempotency-Key", "turn-1")
+            .json(&serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let first = keyed(&on_a);
+    let retry = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        keyed(&on_b).await
+    };
+    let (first, retry) = tokio::join!(first, retry);
+    let (first, retry) = (first.unwrap(), retry.unwrap());
     assert_eq!(
-        on_c.nodes_text(&uuid).await,
-        (200, after_a),
-        "the store holds A's turns only"
+        (first.status().as_u16(), retry.status().as_u16()),
+        (200, 200)
     );
+    let first: Value = first.json().await.unwrap();
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(first["choices"][0]["message"]["content"], "slow answer");
+    assert_eq!(retry["choices"], first["choices"]);
+    let (_, nodes) = on_b.get_json(&format!("/{uuid}/nodes")).await;
+    assert_eq!(
+        nodes["nodes"][0]["metadata"]["num_turns"], 1,
+        "sampled once"
+    );
+}
+
+/// A replica stopped mid-turn past its lease (a long pause, a partition) finds its turn
+/// refused when it wakes: another replica continued the session meanwhile, and the node holds
+/// that replica's turn only.
+#[tokio::test]
+async fn a_replica_paused_past_its_lease_writes_nothing() {
+    let dir = scratch_dir("fleet-paused");
+    let redis = RedisServer::start(&dir);
+    let upstream = prompt_determined_upstream();
+    let (a, on_a) = replica(&redis.url(), &upstream.url).await;
+    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
+    let uuid = on_a.session().await;
+    upstream.push(Reply::Delayed(1000, vec![Sample::stop(chars("late"))]));
+    let mut on_a_messages = Vec::new();
+    let late = on_a.try_turn(&uuid, &mut on_a_messages, "first");
+    let pause = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        signal(&a, "STOP");
+        // B waits for A's lease to run out (5 s), then takes the session over.
+        let mut messages = Vec::new();
+        let status = on_b.try_turn(&uuid, &mut messages, "first").await;
+        signal(&a, "CONT");
+        status
+    };
+    let (late, continued) = tokio::join!(late, pause);
+    assert_eq!((late, continued), (503, 200));
+    let (_, nodes) = on_b.get_json(&format!("/{uuid}/nodes")).await;
+    let nodes = nodes["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0]["metadata"]["num_turns"], 1);
+    assert_eq!(on_a.nodes_text(&uuid).await, on_b.nodes_text(&uuid).await);
+}
+
+fn signal(replica: &Replica, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(replica.process().0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success());
 }
 
 #[tokio::test]
@@ -123,10 +230,13 @@ async fn a_restarted_store_keeps_every_acknowledged_turn_and_a_dead_one_refuses(
         on_a.try_turn(&uuid, &mut messages.clone(), "third").await,
         503
     );
-    assert_eq!(on_a.nodes_text(&uuid).await, (200, acknowledged.clone()));
+    // Nor are nodes read from a copy that may be behind: the trainer is told to wait.
+    let (status, said) = on_a.nodes_text(&uuid).await;
+    assert_eq!(status, 503, "{said}");
     redis.restart();
     let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
-    assert_eq!(on_b.nodes_text(&uuid).await, (200, acknowledged));
+    assert_eq!(on_b.nodes_text(&uuid).await, (200, acknowledged.clone()));
+    assert_eq!(on_a.nodes_text(&uuid).await, (200, acknowledged));
 }
 
 #[test]

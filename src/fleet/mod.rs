@@ -1,19 +1,23 @@
-//! Sessions kept in Redis or Valkey (`serve --store redis://…`, issue 33).
+//! Sessions kept in Redis or Valkey (`serve --store redis://…`, issue 33): every replica
+//! started with the same store serves every session.
 //!
 //! The store is the record; a replica keeps the sessions it serves in memory. Each session is
 //! one list of journal entries, the frames `--data-dir` writes ([`crate::journal::codec`]), so
-//! loading a session is replaying them ([`crate::journal::restore`]). A change is appended
-//! only under the session's lease, and only at the length this replica last saw: the lease
-//! keeps two replicas from writing a session at once, and the expected length with the
-//! lease's fencing token keeps a replica that missed a change, or whose lease ran out (a
-//! pause, a partition), from writing after another: it is refused (a 503) and writes nothing,
-//! so a node never diverges.
+//! loading a session is replaying them and bringing one up to date is applying the entries
+//! other replicas appended since ([`crate::journal::apply`]).
 //!
-//! What is served today: a replica loads every session at start and keeps each change in the
-//! store before it answers, so a replica that dies (`kill -9`) loses nothing and another
-//! started on the same store serves its sessions exactly. A session changed by another replica
-//! since this one loaded it is refused here. Next (issue 33): a session loaded on first use and
-//! brought up to date before each turn, so every replica serves every session at once.
+//! - A session unknown here is loaded on first use; one known here is brought up to date
+//!   before it is read.
+//! - A turn holds its session's lease from before it reads the session until it is recorded
+//!   ([`SessionLog::hold`]), renewing it while the backend samples: another replica's turn on
+//!   the same session (an `Idempotency-Key` retry sent elsewhere) waits, then finds the first
+//!   one's record.
+//! - A change is appended only under the lease and at the length this replica has applied:
+//!   a replica whose lease ran out (a pause, a partition) or that missed a change writes
+//!   nothing and the change is refused (a 503), so a node never diverges. A replica that
+//!   cannot reach the store refuses every change.
+//! - With `--session-ttl`, a session no replica changes for that long expires in the store
+//!   (key expiry); a replica's own idle copy is only let go of.
 //!
 //! Keys (`{id}` is a session's uuid, braced so that one session's keys share a slot):
 //! - `rp:{id}:log`: the session's entries, oldest first.
@@ -21,105 +25,189 @@
 //! - `rp:{id}:fence`: the last token handed out for the session (tokens only grow).
 //! - `rp:sessions`: every session, scored by its creation time.
 
+mod held;
 mod store;
 
 use crate::journal::codec::{self, Entry};
 use crate::journal::{Replayed, restore};
 use crate::session::replies::KeySlot;
 use crate::session::responses::StoredResponse;
-use crate::session::{CommitRecord, LogError, Reward, Session, SessionLog, SessionStore};
+use crate::session::{
+    CommitRecord, LogError, Reward, Session, SessionHold, SessionLog, SessionState, SessionStore,
+};
 use dashmap::DashMap;
+use std::sync::Arc;
 use std::time::Duration;
 pub(crate) use store::StoreError;
-use store::{Acquired, Appended, Store};
+use store::{Acquired, Appended, Lease, Store};
 use uuid::Uuid;
 
-/// How long a replica holds a session to write one change, unless it lets go first.
+/// How long a lease lasts unless renewed: how long a dead replica's sessions wait.
 const LEASE: Duration = Duration::from_secs(5);
-/// How long a change waits for another replica to let go of its session.
-const LEASE_WAIT: Duration = Duration::from_secs(10);
+/// How long a change or turn waits for another replica to let go of its session.
+const LEASE_WAIT: Duration = Duration::from_secs(120);
 
-/// A replica's view of the store: the connection, and how many entries each session it holds
-/// has there.
+/// A replica's view of the store: the connection, and what it applied of each session it
+/// keeps.
 #[derive(Debug)]
 pub struct Fleet {
     store: Store,
-    lengths: DashMap<Uuid, u64>,
+    applied: DashMap<Uuid, Arc<Applied>>,
+    /// One load at a time: two requests for a session not yet here load it once.
+    loading: tokio::sync::Mutex<()>,
+}
+
+/// What this replica applied of one session, and the lease a turn of it holds here; locked
+/// while a change is appended, after the session's state when both are.
+#[derive(Debug, Default)]
+struct Applied {
+    record: tokio::sync::Mutex<Record>,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    /// Entries of the session applied here.
+    length: u64,
+    /// The lease a turn here holds.
+    held: Option<Lease>,
+}
+
+fn log_error(error: impl std::fmt::Display) -> LogError {
+    LogError(error.to_string())
 }
 
 impl Fleet {
-    /// Connects to the store at `url` as the replica `holder`, and loads every session it
-    /// keeps into `sessions`.
+    /// Connects to the store at `url` as the replica `holder`. Sessions idle for `expiry`
+    /// (`--session-ttl`) expire in the store.
     pub async fn open(
         url: &str,
         holder: &str,
-        sessions: &SessionStore,
-    ) -> Result<(Self, Replayed), StoreError> {
-        let store = Store::connect(url, holder).await?;
-        let lengths = DashMap::new();
+        expiry: Option<Duration>,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            store: Store::connect(url, holder, expiry).await?,
+            applied: DashMap::new(),
+            loading: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn applied(&self, id: Uuid) -> Option<Arc<Applied>> {
+        self.applied.get(&id).map(|a| a.clone())
+    }
+
+    /// Loads session `id` from the store into `sessions`, unless it is here already or the
+    /// store has no such session.
+    async fn load(&self, sessions: &SessionStore, id: Uuid) -> Result<(), LogError> {
+        let _one_at_a_time = self.loading.lock().await;
+        if self.applied.contains_key(&id) {
+            return Ok(());
+        }
+        let Some(entries) = self.store.entries(id, 0).await.map_err(log_error)? else {
+            return Ok(());
+        };
         let mut replayed = Replayed::default();
-        for (id, _) in store.sessions().await? {
-            let Some(entries) = store.entries(id, 0).await? else {
-                continue;
-            };
-            lengths.insert(id, entries.len() as u64);
-            for payload in entries {
-                let entry = codec::decode(&payload)
-                    .map_err(|e| StoreError::new(format!("session {id}: {e}")))?;
-                restore(sessions, entry, &mut replayed);
+        for payload in &entries {
+            let entry =
+                codec::decode(payload).map_err(|e| log_error(format!("session {id}: {e}")))?;
+            if !restore(sessions, entry, &mut replayed) {
+                sessions.remove(&id.to_string());
+                return Err(log_error(format!(
+                    "session {id} in the store does not replay"
+                )));
             }
         }
-        Ok((Self { store, lengths }, replayed))
-    }
-
-    /// Appends one encoded change of session `id`, under its lease, at the length last seen.
-    async fn append(&self, id: Uuid, entry: &[u8]) -> Result<(), LogError> {
-        let lease = self.lease(id).await?;
-        // Read under the lease: a change of this replica's that held it just before is counted.
-        let expected = self.lengths.get(&id).map(|length| *length);
-        let Some(expected) = expected else {
-            let _ = self.store.release(&lease).await;
-            return Err(LogError(format!(
-                "session {id} is not held by this replica"
-            )));
+        let record = Record {
+            length: entries.len() as u64,
+            held: None,
         };
-        let appended = self.store.append(&lease, expected, entry).await;
-        if let Ok(Appended::At(length)) = appended {
-            self.lengths.insert(id, length);
-        }
-        // A lease not given back runs out by itself.
-        let _ = self.store.release(&lease).await;
-        match appended.map_err(|e| LogError(e.to_string()))? {
-            Appended::At(_) => Ok(()),
-            Appended::Fenced => Err(LogError(format!(
-                "session {id}: this replica's hold on it ran out before the change was kept"
-            ))),
-            Appended::Moved(_) => Err(LogError(format!(
-                "session {id} was changed by another replica: this one no longer serves it"
-            ))),
-        }
+        let applied = Applied {
+            record: tokio::sync::Mutex::new(record),
+        };
+        self.applied.insert(id, Arc::new(applied));
+        Ok(())
     }
 
-    /// The lease of session `id`, waiting while another replica holds it.
-    async fn lease(&self, id: Uuid) -> Result<store::Lease, LogError> {
+    /// Applies to `state` the entries of `session` the store has beyond `record`; `false`
+    /// when the store has the session no more (it is then closed here).
+    async fn catch_up(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+        record: &mut Record,
+    ) -> Result<bool, LogError> {
+        let id = session.id;
+        let entries = self
+            .store
+            .entries(id, record.length)
+            .await
+            .map_err(log_error)?;
+        let Some(entries) = entries else {
+            session.close();
+            return Ok(false);
+        };
+        for payload in entries {
+            let entry =
+                codec::decode(&payload).map_err(|e| log_error(format!("session {id}: {e}")))?;
+            crate::journal::apply(session, state, entry)
+                .map_err(|e| log_error(format!("session {id}: {e}")))?;
+            record.length += 1;
+        }
+        Ok(true)
+    }
+
+    /// The lease of session `id`, taken while `record` is locked, waiting while another
+    /// replica holds it; `None` when the store has no such session.
+    async fn acquire(&self, id: Uuid) -> Result<Option<(Lease, u64)>, LogError> {
         let deadline = tokio::time::Instant::now() + LEASE_WAIT;
         loop {
-            match self.store.acquire(id, LEASE).await {
-                Ok(Acquired::Held(lease, _)) => return Ok(lease),
-                Ok(Acquired::Missing) => {
-                    return Err(LogError(format!("session {id} is not in the store")));
+            match self.store.acquire(id, LEASE).await.map_err(log_error)? {
+                Acquired::Held(lease, length) => return Ok(Some((lease, length))),
+                Acquired::Missing => return Ok(None),
+                Acquired::Busy(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(log_error(format!(
+                        "session {id} is held by another replica"
+                    )));
                 }
-                Ok(Acquired::Busy(wait)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(
-                        wait.clamp(Duration::from_millis(5), Duration::from_millis(50)),
-                    )
-                    .await;
+                Acquired::Busy(wait) => {
+                    let pause = wait.clamp(Duration::from_millis(2), Duration::from_millis(20));
+                    tokio::time::sleep(pause).await;
                 }
-                Ok(Acquired::Busy(_)) => {
-                    return Err(LogError(format!("session {id} is held by another replica")));
-                }
-                Err(error) => return Err(LogError(error.to_string())),
             }
+        }
+    }
+
+    /// Appends one encoded change of session `id`: under the lease a turn here holds, or
+    /// under one taken for it; at the length applied here.
+    async fn append(&self, id: Uuid, entry: &[u8]) -> Result<(), LogError> {
+        let applied = self
+            .applied(id)
+            .ok_or_else(|| log_error(format!("session {id} is not kept by this replica")))?;
+        let mut record = applied.record.lock().await;
+        let (lease, taken) = match &record.held {
+            Some(lease) => (lease.clone(), false),
+            None => match self.acquire(id).await? {
+                Some((lease, _)) => (lease, true),
+                None => return Err(log_error(format!("session {id} is not in the store"))),
+            },
+        };
+        let appended = self.store.append(&lease, record.length, entry).await;
+        if taken {
+            // Not waited for: a lease not given back runs out by itself, and this replica
+            // takes its own over at once.
+            let store = self.store.clone();
+            tokio::spawn(async move { store.release(&lease).await });
+        }
+        match appended.map_err(log_error)? {
+            Appended::At(length) => {
+                record.length = length;
+                Ok(())
+            }
+            Appended::Fenced => Err(log_error(format!(
+                "session {id}: this replica's hold on it ran out before the change was kept"
+            ))),
+            Appended::Moved(_) => Err(log_error(format!(
+                "session {id} was changed by another replica meanwhile; try again"
+            ))),
         }
     }
 
@@ -140,20 +228,36 @@ impl SessionLog for Fleet {
             .store
             .create(session.id, session.created_at, &out)
             .await
-            .map_err(|e| LogError(e.to_string()))?;
+            .map_err(log_error)?;
         if !created {
-            return Err(LogError(format!("session {} exists already", session.id)));
+            return Err(log_error(format!("session {} exists already", session.id)));
         }
-        self.lengths.insert(session.id, 1);
+        let record = Record {
+            length: 1,
+            held: None,
+        };
+        let applied = Applied {
+            record: tokio::sync::Mutex::new(record),
+        };
+        self.applied.insert(session.id, Arc::new(applied));
         Ok(())
     }
 
+    /// Deletes the session fleet-wide; an error when another replica deleted it first, so
+    /// that whoever hands a session out as it deletes it (an export) does so once.
     async fn deleted(&self, session: Uuid) -> Result<(), LogError> {
-        self.store
-            .delete(session)
-            .await
-            .map_err(|e| LogError(e.to_string()))?;
-        self.lengths.remove(&session);
+        let deleted = self.store.delete(session).await.map_err(log_error)?;
+        self.applied.remove(&session);
+        match deleted {
+            true => Ok(()),
+            false => Err(log_error(format!(
+                "session {session} was deleted by another replica"
+            ))),
+        }
+    }
+
+    async fn expired(&self, session: Uuid) -> Result<(), LogError> {
+        self.applied.remove(&session);
         Ok(())
     }
 
@@ -169,8 +273,8 @@ impl SessionLog for Fleet {
         node: usize,
         label: &'static str,
     ) -> Result<(), LogError> {
-        let entry = Entry::relabelled(session, node, label);
-        self.append_entry(&entry).await
+        self.append_entry(&Entry::relabelled(session, node, label))
+            .await
     }
 
     async fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError> {
@@ -201,5 +305,74 @@ impl SessionLog for Fleet {
     /// The store's own persistence (AOF) makes it durable; nothing is buffered here.
     fn sync(&self) -> Result<(), LogError> {
         Ok(())
+    }
+
+    async fn refresh(&self, sessions: &SessionStore, id: Uuid) -> Result<(), LogError> {
+        let here = self.applied(id).zip(sessions.get(&id.to_string()));
+        let Some((applied, session)) = here else {
+            self.applied.remove(&id);
+            return self.load(sessions, id).await;
+        };
+        let mut state = session.state.lock().await;
+        let mut record = applied.record.lock().await;
+        if !self.catch_up(&session, &mut state, &mut record).await? {
+            drop((record, state));
+            self.applied.remove(&id);
+            sessions.remove(&id.to_string());
+        }
+        Ok(())
+    }
+
+    async fn refresh_all(&self, sessions: &SessionStore) -> Result<(), LogError> {
+        let mut ids: Vec<Uuid> = sessions.list().iter().map(|s| s.id).collect();
+        for (id, _) in self.store.sessions().await.map_err(log_error)? {
+            ids.push(id);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            self.refresh(sessions, id).await?;
+            if sessions.get(&id.to_string()).is_none() {
+                // Expired in the store: its place in the index goes too.
+                self.store.delete(id).await.map_err(log_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn hold(
+        &self,
+        session: &Session,
+        state: &mut SessionState,
+    ) -> Result<Option<SessionHold>, LogError> {
+        let id = session.id;
+        let applied = self
+            .applied(id)
+            .ok_or_else(|| log_error(format!("session {id} is not kept by this replica")))?;
+        let mut record = applied.record.lock().await;
+        let Some((lease, length)) = self.acquire(id).await? else {
+            session.close();
+            return Ok(None);
+        };
+        let caught_up = match length.cmp(&record.length) {
+            std::cmp::Ordering::Equal => Ok(true),
+            std::cmp::Ordering::Greater => self.catch_up(session, state, &mut record).await,
+            std::cmp::Ordering::Less => Err(log_error(format!(
+                "session {id} has {length} entries in the store, fewer than the {} this \
+                 replica applied: the store lost acknowledged changes",
+                record.length
+            ))),
+        };
+        match caught_up {
+            Ok(true) => {}
+            other => {
+                let store = self.store.clone();
+                tokio::spawn(async move { store.release(&lease).await });
+                return other.map(|_| None);
+            }
+        }
+        record.held = Some(lease.clone());
+        drop(record);
+        Ok(Some(held::keep(self.store.clone(), applied, lease)))
     }
 }

@@ -14,12 +14,6 @@ const PREFIX: &str = "rp";
 #[error("session store: {0}")]
 pub struct StoreError(String);
 
-impl StoreError {
-    pub(crate) fn new(message: String) -> Self {
-        StoreError(message)
-    }
-}
-
 impl From<redis::RedisError> for StoreError {
     fn from(error: redis::RedisError) -> Self {
         StoreError(error.to_string())
@@ -65,6 +59,9 @@ pub(crate) enum Appended {
 pub(crate) struct Store {
     connection: ConnectionManager,
     holder: String,
+    /// How long a session no replica changes is kept (`--session-ttl`), in milliseconds (0:
+    /// for ever).
+    expiry_ms: u64,
     scripts: std::sync::Arc<Scripts>,
 }
 
@@ -72,6 +69,7 @@ pub(crate) struct Store {
 struct Scripts {
     create: Script,
     acquire: Script,
+    renew: Script,
     release: Script,
     append: Script,
     delete: Script,
@@ -93,35 +91,53 @@ fn index() -> String {
     format!("{PREFIX}:sessions")
 }
 
-/// KEYS: log, index. ARGV: id, created_at, entry. 1 when created, 0 when the id was taken.
+/// KEYS: log, index. ARGV: id, created_at, entry, expiry_ms (0: none). 1 when created, 0 when
+/// the id was taken.
 const CREATE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[3])
+if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1";
 
-/// KEYS: log, lease, fence. ARGV: holder, ttl_ms. {token, length} when held; {0, pttl} when
-/// another holds it; {-1, 0} when there is no such session.
+/// KEYS: log, lease, fence. ARGV: holder, ttl_ms, expiry_ms (0: none). {token, length} when
+/// held (a lease the holder itself still has is taken over: its turns take turns already);
+/// {0, pttl} when another holds it; {-1, 0} when there is no such session.
 const ACQUIRE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
-local ttl = redis.call('PTTL', KEYS[2])
-if ttl ~= -2 then return {0, ttl} end
+local held = redis.call('GET', KEYS[2])
+if held and string.sub(held, 1, string.len(ARGV[1]) + 1) ~= ARGV[1] .. ':' then
+  return {0, redis.call('PTTL', KEYS[2])}
+end
 local token = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[2], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 return {token, redis.call('LLEN', KEYS[1])}";
+
+/// KEYS: lease. ARGV: value, ttl_ms. 1 when the lease was still this one and runs `ttl_ms`
+/// from now, 0 when it was not.
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])";
 
 /// KEYS: lease. ARGV: value. 1 when it was held and is released, 0 when not held.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])";
 
-/// KEYS: lease, log. ARGV: value, expected length, entry. {1, length} when appended, {0, 0}
-/// when the lease is not held, {-1, length} when the length is not the expected one.
+/// KEYS: lease, log. ARGV: value, expected length, entry, expiry_ms (0: none). {1, length}
+/// when appended, {0, 0} when the lease is not held, {-1, length} when the length is not the
+/// expected one.
 const APPEND: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0} end
 local length = redis.call('LLEN', KEYS[2])
 if length ~= tonumber(ARGV[2]) then return {-1, length} end
-return {1, redis.call('RPUSH', KEYS[2], ARGV[3])}";
+length = redis.call('RPUSH', KEYS[2], ARGV[3])
+if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+return {1, length}";
 
 /// KEYS: log, lease, fence, index. ARGV: id. 1 when this call deleted the session.
 const DELETE: &str = r"
@@ -130,8 +146,13 @@ return redis.call('ZREM', KEYS[4], ARGV[1])";
 
 impl Store {
     /// Connects to the store at `url` (`redis://host:port/db`); the connection reconnects by
-    /// itself after a failure.
-    pub async fn connect(url: &str, holder: &str) -> Result<Self, StoreError> {
+    /// itself after a failure. A session no replica changes for `expiry` is dropped by the
+    /// store itself.
+    pub async fn connect(
+        url: &str,
+        holder: &str,
+        expiry: Option<Duration>,
+    ) -> Result<Self, StoreError> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
@@ -141,6 +162,7 @@ impl Store {
         let scripts = Scripts {
             create: Script::new(CREATE),
             acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
             release: Script::new(RELEASE),
             append: Script::new(APPEND),
             delete: Script::new(DELETE),
@@ -148,6 +170,7 @@ impl Store {
         Ok(Self {
             connection,
             holder: holder.to_string(),
+            expiry_ms: expiry.map_or(0, |e| e.as_millis().max(1) as u64),
             scripts: std::sync::Arc::new(scripts),
         })
     }
@@ -167,6 +190,7 @@ impl Store {
             .arg(id.to_string())
             .arg(created_at)
             .arg(entry)
+            .arg(self.expiry_ms)
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(created == 1)
@@ -182,6 +206,7 @@ impl Store {
             .key(key(id, "fence"))
             .arg(&self.holder)
             .arg(ttl.as_millis() as u64)
+            .arg(self.expiry_ms)
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(match first {
@@ -193,6 +218,19 @@ impl Store {
                 Acquired::Held(Lease { id, token, value }, second as u64)
             }
         })
+    }
+
+    /// Keeps `lease` for `ttl` from now; `false` when it was no longer held.
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let renewed: i64 = self
+            .scripts
+            .renew
+            .key(key(lease.id, "lease"))
+            .arg(&lease.value)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(renewed == 1)
     }
 
     /// Gives `lease` up; `false` when it was no longer held.
@@ -223,6 +261,7 @@ impl Store {
             .arg(&lease.value)
             .arg(expected)
             .arg(entry)
+            .arg(self.expiry_ms)
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(match outcome {

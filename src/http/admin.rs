@@ -60,7 +60,7 @@ pub async fn session_models(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    known_session(&state, &path)?;
+    state.known_session(&path).await?;
     Ok(models(state).await)
 }
 
@@ -70,16 +70,8 @@ pub async fn session_model(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (session, id) = path.into_inner();
-    known_session(&state, &session)?;
+    state.known_session(&session).await?;
     model(state, web::Path::from(id)).await
-}
-
-/// A listing is not a turn: the session must exist, but is not marked as used.
-fn known_session(state: &AppState, id: &str) -> Result<(), ApiError> {
-    match state.sessions.get(id) {
-        Some(_) => Ok(()),
-        None => Err(state.missing(id)),
-    }
 }
 
 fn model_card(state: &AppState) -> serde_json::Value {

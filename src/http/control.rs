@@ -104,7 +104,7 @@ pub async fn abort(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let aborted = session.abort();
     Ok(HttpResponse::Ok().json(json!({"uuid": session.id, "aborted": aborted})))
 }

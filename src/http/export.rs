@@ -12,11 +12,10 @@ use super::{ApiError, AppState};
 use crate::export::atif::{self, AtifContext};
 use crate::export::npz::Padding;
 use crate::export::{ExportError, Selection, SessionExport, jsonl, npz, parse_time};
-use crate::session::{Node, Session, SessionState};
+use crate::session::{LockedSession, Node, Session, SessionState};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use std::sync::Arc;
-use tokio::sync::OwnedMutexGuard;
 
 /// The query string.
 #[derive(Debug, Deserialize)]
@@ -96,6 +95,7 @@ pub async fn export(
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (selection, format, delete) = parse(&request)?;
+    state.refresh_all().await?;
     let sessions = selection.apply(&state.sessions);
     match format {
         Format::Jsonl | Format::Atif => Ok(HttpResponse::Ok()
@@ -109,9 +109,8 @@ pub async fn export(
         Format::Npz(padding) => {
             let mut held = Vec::with_capacity(sessions.len());
             for session in sessions {
-                let guard = session.state.clone().lock_owned().await;
-                // Removed while this export waited (another export with `delete` took it).
-                if !session.is_closed() {
+                // Not there once this export holds it: another export with `delete` took it.
+                if let Some(guard) = lock(&state, &session, delete).await? {
                     held.push((session, guard));
                 }
             }
@@ -247,7 +246,24 @@ fn exported<'a>(session: &'a Session, state: &'a SessionState) -> SessionExport<
     }
 }
 
-type Held = (Arc<Session>, OwnedMutexGuard<SessionState>);
+type Held = (Arc<Session>, LockedSession);
+
+/// A session's state locked for its export; held across a fleet too when the export deletes
+/// it, so that one export fleet-wide hands it out. `None` when it was removed meanwhile.
+async fn lock(
+    state: &AppState,
+    session: &Arc<Session>,
+    delete: bool,
+) -> Result<Option<LockedSession>, ApiError> {
+    let log = state.journal.as_deref().filter(|_| delete);
+    session.lock_for_change(log).await.map_err(|error| {
+        ApiError::new(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            format!("the session could not be held for export: {error}"),
+        )
+    })
+}
 
 /// The JSON lines, a session at a time; with `delete`, the sessions are removed once the last
 /// line has been handed to the connection.
@@ -270,12 +286,16 @@ fn lines(
                 }
                 return Some((Ok(bytes::Bytes::new()), (state, pending, Vec::new(), true)));
             };
-            let guard = session.state.clone().lock_owned().await;
             // Removed while this export waited (another export with `delete` took it, or it
             // was deleted): it is not this export's to hand out.
-            if session.is_closed() {
-                return Some((Ok(bytes::Bytes::new()), (state, pending, held, false)));
-            }
+            let guard = match lock(&state, &session, delete).await {
+                Ok(Some(guard)) => guard,
+                Ok(None) => return Some((Ok(bytes::Bytes::new()), (state, pending, held, false))),
+                Err(error) => {
+                    let error = std::io::Error::other(error.to_string());
+                    return Some((Err(error), (state, pending, held, true)));
+                }
+            };
             let mut out = Vec::new();
             let export = exported(&session, &guard);
             let written = match atif {

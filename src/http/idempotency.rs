@@ -46,7 +46,8 @@ pub async fn once_per_key(
     let (Some(key), Some(session)) = (key, session) else {
         return next.call(request).await;
     };
-    let Some(session) = state.sessions.get(&session) else {
+    // The handler answers for a session that is not there (or a record that cannot be read).
+    let Ok(session) = state.known_session(&session).await else {
         return next.call(request).await;
     };
     // The body, read to hash it, then put back for the handler.

@@ -59,13 +59,45 @@ pub struct AppState {
 
 impl AppState {
     /// The session `id` (marked as used now), or a 404 (saying so when it expired).
-    pub fn session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
-        let session = self.sessions.get(id).ok_or_else(|| self.missing(id))?;
+    pub async fn session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        let session = self.known_session(id).await?;
         session.touch();
         // The turn's buffers are freed when it ends; the next release returns what they leave.
         self.freed.note();
         Ok(session)
     }
+
+    /// The session `id`, up to date with a record other processes share (`--store`), not
+    /// marked as used; or a 404.
+    pub async fn known_session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        if let (Some(log), Ok(uuid)) = (&self.journal, uuid::Uuid::parse_str(id)) {
+            log.refresh(&self.sessions, uuid)
+                .await
+                .map_err(unreadable_record)?;
+        }
+        self.sessions.get(id).ok_or_else(|| self.missing(id))
+    }
+
+    /// Brings every session up to date with a record other processes share (`--store`),
+    /// before they are listed or exported.
+    pub async fn refresh_all(&self) -> Result<(), ApiError> {
+        match &self.journal {
+            Some(log) => log
+                .refresh_all(&self.sessions)
+                .await
+                .map_err(unreadable_record),
+            None => Ok(()),
+        }
+    }
+}
+
+fn unreadable_record(error: crate::session::LogError) -> ApiError {
+    tracing::error!(%error, "the session log could not be read");
+    ApiError::new(
+        actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable_error",
+        format!("the sessions' record could not be read: {error}"),
+    )
 }
 
 /// The conversation a request body asks a turn for, read as the route of `api` reads it
@@ -207,7 +239,7 @@ async fn expire_idle_sessions(state: Arc<AppState>) {
         let expired = state.sessions.expire_idle();
         for &id in &expired {
             // Logged inside; the session is gone from memory either way.
-            let _ = state.keep(|log| log.deleted(id)).await;
+            let _ = state.keep(|log| log.expired(id)).await;
         }
         if !expired.is_empty() {
             state.freed.note();

@@ -99,7 +99,8 @@ pub async fn create(
     })))
 }
 
-pub async fn list(state: web::Data<AppState>) -> HttpResponse {
+pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    state.refresh_all().await?;
     let sessions: Vec<_> = state
         .sessions
         .list()
@@ -114,7 +115,7 @@ pub async fn list(state: web::Data<AppState>) -> HttpResponse {
             })
         })
         .collect();
-    HttpResponse::Ok().json(json!({ "sessions": sessions }))
+    Ok(HttpResponse::Ok().json(json!({ "sessions": sessions })))
 }
 
 pub async fn delete(
@@ -122,7 +123,7 @@ pub async fn delete(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    let session = state.sessions.get(&id).ok_or_else(|| state.missing(&id))?;
+    let session = state.known_session(&id).await?;
     state.keep(|log| log.deleted(session.id)).await?;
     state.sessions.remove(&id);
     state.freed.note();
@@ -145,7 +146,7 @@ pub async fn reward(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let body: RewardBody = read_json(payload, state.max_body_bytes).await?;
     let reward = Reward {
         reward: body.reward,
@@ -165,7 +166,7 @@ pub async fn divergences(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let guard = session.state.lock().await;
     let tokenizer = &state.pipeline.context.tokenizer;
     let side = |ids: &[u32]| json!({"token_ids": ids, "text": tokenizer.decode(ids)});
@@ -192,7 +193,7 @@ pub async fn nodes(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let guard = session.state.lock().await;
     let mut body = Vec::with_capacity(guard.nodes.iter().map(|n| 24 * n.len() + 512).sum());
     body.extend_from_slice(b"{\"nodes\":[");

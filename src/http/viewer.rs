@@ -42,7 +42,7 @@ pub async fn view(
     let id = path.into_inner();
     // Looking is not using: the session's idle time (`--session-ttl`, `since=`) is left alone,
     // and the viewer's polls do not see their own reads as activity.
-    let session = state.sessions.get(&id).ok_or_else(|| state.missing(&id))?;
+    let session = state.known_session(&id).await?;
     // Nodes are compact and cheap to copy: the lock is not held while the view is built.
     let (nodes, divergences) = {
         let guard = session.state.lock().await;

@@ -21,7 +21,7 @@ mod lock;
 mod replay;
 
 pub use codec::Entry;
-pub use replay::{Damage, Replayed, restore};
+pub use replay::{Applied, Damage, DoesNotFit, Replayed, apply, restore};
 
 use crate::session::replies::KeySlot;
 use crate::session::responses::StoredResponse;

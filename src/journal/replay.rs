@@ -19,7 +19,7 @@ use super::codec::{self, Entry};
 use super::{HEADER, JournalError, MAGIC, MAX_FRAME, Space};
 use crate::session::replies::{KeySlot, RecordedReply};
 use crate::session::responses::StoredResponse;
-use crate::session::{Reward, SessionStore};
+use crate::session::{Reward, Session, SessionState, SessionStore};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fs::File;
@@ -253,8 +253,8 @@ fn next_frame(file: &File, from: u64, length: u64) -> std::io::Result<Option<u64
 /// whether it was applied: an entry of a session cut short is not, nor a turn that does not
 /// fit its session (which cuts it short); a deletion always is.
 pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) -> bool {
-    let session = entry.session();
-    if replayed.cut.contains(&session) && !matches!(entry, Entry::Deleted { .. }) {
+    let id = entry.session();
+    if replayed.cut.contains(&id) && !matches!(entry, Entry::Deleted { .. }) {
         return false;
     }
     match entry {
@@ -266,106 +266,139 @@ pub fn restore(store: &SessionStore, entry: Entry, replayed: &mut Replayed) -> b
             store.restore(id, options, created_at);
             replayed.sessions += 1;
         }
-        Entry::Committed { id, record } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let mut state = session
-                    .state
-                    .try_lock()
-                    .expect("no turn runs during replay");
-                if !crate::session::fits(&state, &record) {
-                    tracing::error!(session = %id, "journal: a turn that does not fit its session (an earlier record of it was lost); the session is cut short there");
-                    replayed.cut.insert(id);
-                    return false;
-                }
-                session.apply(&mut state, &record);
-                replayed.turns += 1;
-            }
-        }
-        Entry::Relabelled { id, node, label } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let mut state = session
-                    .state
-                    .try_lock()
-                    .expect("no turn runs during replay");
-                state.relabel(node, label);
-            }
-        }
         Entry::Deleted { id } => {
             if store.remove(&id.to_string()).is_some() {
                 replayed.sessions = replayed.sessions.saturating_sub(1);
             }
         }
+        entry => {
+            let Some(session) = store.get(&id.to_string()) else {
+                return true;
+            };
+            let mut state = session
+                .state
+                .try_lock()
+                .expect("no turn runs during replay");
+            match apply(&session, &mut state, entry) {
+                Ok(Applied::Turn) => replayed.turns += 1,
+                Ok(Applied::Other) => {}
+                Err(DoesNotFit) => {
+                    tracing::error!(session = %id, "journal: a turn that does not fit its session (an earlier record of it was lost); the session is cut short there");
+                    replayed.cut.insert(id);
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// What [`apply`] applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// A turn.
+    Turn,
+    /// Anything else (a label, a kept reply, a reward, a stored response), or nothing (a
+    /// creation or deletion, which are the session store's to apply).
+    Other,
+}
+
+/// A recorded turn does not fit the session it is applied to: a record before it is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a recorded turn does not fit its session")]
+pub struct DoesNotFit;
+
+/// Applies one entry of `session` to its locked `state`: a replay, or a session brought up to
+/// date with changes made elsewhere (a fleet's other replicas).
+pub fn apply(
+    session: &Session,
+    state: &mut SessionState,
+    entry: Entry,
+) -> Result<Applied, DoesNotFit> {
+    match entry {
+        Entry::Created { .. } | Entry::Deleted { .. } => {}
+        Entry::Committed { record, .. } => {
+            if !crate::session::fits(state, &record) {
+                return Err(DoesNotFit);
+            }
+            session.apply(state, &record);
+            return Ok(Applied::Turn);
+        }
+        Entry::Relabelled { node, label, .. } => state.relabel(node, label),
         Entry::Replied {
-            id,
             key,
             body_hash,
             status,
             content_type,
             body,
+            ..
         } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                let reply = RecordedReply {
-                    status,
-                    content_type,
-                    body: body.into(),
-                };
-                let slot = KeySlot {
-                    body_hash,
-                    reply: Some(reply),
-                };
-                session.replies.restore(&key, slot);
-            }
+            let reply = RecordedReply {
+                status,
+                content_type,
+                body: body.into(),
+            };
+            let slot = KeySlot {
+                body_hash,
+                reply: Some(reply),
+            };
+            session.replies.restore(&key, slot);
         }
         Entry::Rewarded {
-            id,
             reward,
             metadata,
             rewarded_at,
-        } => {
-            if let Some(session) = store.get(&id.to_string()) {
-                session.set_reward(Reward {
-                    reward,
-                    metadata: serde_json::from_str(&metadata).unwrap_or_default(),
-                    rewarded_at,
-                });
-            }
-        }
+            ..
+        } => session.set_reward(Reward {
+            reward,
+            metadata: serde_json::from_str(&metadata).unwrap_or_default(),
+            rewarded_at,
+        }),
         Entry::Stored {
-            id,
             response_id,
             previous,
             items,
             body,
-        } => {
-            let stored = serde_json::from_str(&items)
-                .ok()
-                .zip(serde_json::from_str(&body).ok());
-            let (Some(session), Some((items, body))) = (store.get(&id.to_string()), stored) else {
-                return true;
-            };
-            // The response it continued was stored before it (and findable then, as it was
-            // when the response was made).
-            let previous = match previous {
-                Some(previous) => match session.responses.get(&previous) {
-                    Some(found) => Some(found),
-                    None => {
-                        tracing::warn!(%response_id, %previous, "journal: a stored response's previous one is gone; it is not restored");
-                        return true;
-                    }
-                },
-                None => None,
-            };
-            let response = StoredResponse {
-                previous,
-                items,
-                body,
-            };
-            session
-                .responses
-                .insert(response_id, std::sync::Arc::new(response));
-        }
+            ..
+        } => restore_stored(session, response_id, previous, &items, &body),
     }
-    true
+    Ok(Applied::Other)
+}
+
+/// Puts back a stored Responses reply, unless what it needs is gone.
+fn restore_stored(
+    session: &Session,
+    response_id: String,
+    previous: Option<String>,
+    items: &str,
+    body: &str,
+) {
+    let stored = serde_json::from_str(items)
+        .ok()
+        .zip(serde_json::from_str(body).ok());
+    let Some((items, body)) = stored else {
+        return;
+    };
+    // The response it continued was stored before it (and findable then, as it was when the
+    // response was made).
+    let previous = match previous {
+        Some(previous) => match session.responses.get(&previous) {
+            Some(found) => Some(found),
+            None => {
+                tracing::warn!(%response_id, %previous, "journal: a stored response's previous one is gone; it is not restored");
+                return;
+            }
+        },
+        None => None,
+    };
+    let response = StoredResponse {
+        previous,
+        items,
+        body,
+    };
+    session
+        .responses
+        .insert(response_id, std::sync::Arc::new(response));
 }
 
 /// Keeps the damaged file aside and rewrites the journal from the frames applied only.

@@ -7,6 +7,7 @@
 pub(crate) mod completion;
 pub(crate) mod divergences;
 mod ids;
+mod log;
 pub(crate) mod node;
 pub(crate) mod record;
 pub(crate) mod replies;
@@ -18,10 +19,9 @@ pub use completion::{
     message_fingerprint,
 };
 pub use ids::Span;
+pub use log::{LockedSession, LogError, SessionHold, SessionLog};
 pub use node::{Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, TurnRecord};
-pub use record::{
-    Api, CommitRecord, LogError, RecordedChoice, SessionLog, Start, TurnLabels, apply, fits,
-};
+pub use record::{Api, CommitRecord, RecordedChoice, Start, TurnLabels, apply, fits};
 pub use reward::Reward;
 
 use crate::chat::SentConversation;
@@ -241,6 +241,12 @@ impl Session {
         let watched = self.aborts.receiver_count() > 0;
         self.aborts.send_modify(|n| *n += 1);
         watched
+    }
+
+    /// Closes the session: a turn waiting for it writes nothing (the record it is kept in
+    /// has it no more).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Whether the session was removed from its store.

@@ -4,15 +4,13 @@
 //! records and gets the very same session.
 
 use super::node::HealedCall;
-use super::replies::{CommittedTurn, KeySlot, TurnKey};
-use super::responses::StoredResponse;
+use super::replies::{CommittedTurn, TurnKey};
 use super::{
     CompletionRecord, ConversationDigest, Divergence, HistoryEntry, IssuedToolCall, Node,
     SegmentCheck, Session, SessionState, TurnRecord,
 };
 use crate::generation::{FinishReason, Generation, RoutedExperts, StopMatch, WeightSpan};
 use std::sync::Arc;
-use uuid::Uuid;
 
 /// Where a turn's prompt started from.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,52 +328,3 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
     }
     placed
 }
-
-/// A store that keeps what happens to sessions, so they outlive the process (the journal of
-/// `--data-dir`; a store shared by several proxies could be another). Every call happens
-/// before the change is answered; an error means the change must not be made.
-#[async_trait::async_trait]
-pub trait SessionLog: Send + Sync + std::fmt::Debug {
-    /// A session was created.
-    async fn created(&self, session: &Session) -> Result<(), LogError>;
-    /// A session was deleted or expired.
-    async fn deleted(&self, session: Uuid) -> Result<(), LogError>;
-    /// A turn of `session` is about to be applied.
-    async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
-    /// `node`'s last turn gets a new nudge label.
-    async fn relabelled(
-        &self,
-        session: Uuid,
-        node: usize,
-        label: &'static str,
-    ) -> Result<(), LogError>;
-    /// A turn's reply was kept under an `Idempotency-Key` of `session`.
-    async fn replied(&self, session: Uuid, key: &str, slot: &KeySlot) -> Result<(), LogError>;
-    /// `session`'s rollout got its reward.
-    async fn rewarded(&self, session: Uuid, reward: &super::Reward) -> Result<(), LogError>;
-    /// A Responses API reply was stored on `session`.
-    async fn stored(
-        &self,
-        session: Uuid,
-        response_id: &str,
-        response: &StoredResponse,
-    ) -> Result<(), LogError>;
-    /// Housekeeping after deletions (the journal compacts); called at most once a second, off
-    /// the async workers.
-    fn tidy(&self) -> Result<(), LogError>;
-    /// Bytes the log takes, when it can say (for `GET /metrics`).
-    fn bytes(&self) -> Option<u64> {
-        None
-    }
-    /// Forces everything to durable storage (when the proxy drains).
-    fn sync(&self) -> Result<(), LogError>;
-    /// Damage the log found and repaired when it was opened, for `GET /health`.
-    fn recovered(&self) -> Option<serde_json::Value> {
-        None
-    }
-}
-
-/// A [`SessionLog`] could not keep a change.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct LogError(pub String);

@@ -10,7 +10,7 @@ use crate::chat::ChatRequest;
 use crate::generation::SamplingParams;
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::reasoning::ReasoningSyntax;
-use crate::session::{Api, CommitRecord, Session, SessionLog, SessionState, Start};
+use crate::session::{Api, CommitRecord, LockedSession, Session, SessionLog, SessionState, Start};
 use crate::telemetry::{self, TurnUsage};
 use std::sync::Arc;
 use std::time::Instant;
@@ -137,7 +137,7 @@ impl Pipeline {
         request: TurnRequest<'_>,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
-        let mut guard = lock_open(session).await?;
+        let mut guard = lock_open(session, self.log.as_ref()).await?;
         let mut driver = Driver::new(self, session, request, Events::Kept);
         let (first, replayed) = driver.attempt(&guard).await?;
         if replayed {
@@ -365,13 +365,15 @@ impl Pipeline {
     }
 }
 
-/// The session's state, locked for a turn, unless the session was removed meanwhile.
+/// The session's state, locked (and held across a fleet) for a turn, unless the session was
+/// removed meanwhile.
 pub(super) async fn lock_open(
     session: &Arc<Session>,
-) -> Result<tokio::sync::OwnedMutexGuard<SessionState>, TurnError> {
-    let guard = session.state.clone().lock_owned().await;
-    match session.is_closed() {
-        true => Err(TurnError::SessionClosed),
-        false => Ok(guard),
-    }
+    log: Option<&Arc<dyn SessionLog>>,
+) -> Result<LockedSession, TurnError> {
+    session
+        .lock_for_change(log.map(|log| log.as_ref()))
+        .await
+        .map_err(|e| TurnError::Journal(e.0))?
+        .ok_or(TurnError::SessionClosed)
 }

@@ -60,7 +60,7 @@ impl Pipeline {
         head: oneshot::Sender<Result<Head, TurnError>>,
     ) {
         let _under_way = self.under_way();
-        let mut guard = match super::pipeline::lock_open(&session).await {
+        let mut guard = match super::pipeline::lock_open(&session, self.log.as_ref()).await {
             Ok(guard) => guard,
             Err(error) => return drop(head.send(Err(error))),
         };

@@ -33,6 +33,7 @@ pub fn fixture_model(name: &str) -> PathBuf {
 }
 
 pub mod client;
+pub mod fleet;
 pub mod llama;
 pub mod mock_worker;
 pub mod redis;

@@ -1,6 +1,6 @@
-//! A real redis-server (Debian's package, `scripts/install-redis.sh`) for the fleet's tests,
-//! started by the test on a free port with append-only persistence fsynced on every write (what
-//! a fleet that must lose no acknowledged turn runs with), and killed when dropped.
+//! A real redis-server (Debian's package, `scripts/install-fleet-parts.sh`) for the fleet's
+//! tests, started by the test on a free port with append-only persistence fsynced on every
+//! write (what a fleet that must lose no acknowledged turn runs with), and killed when dropped.
 
 use super::{KillOnDrop, free_port};
 use std::path::{Path, PathBuf};
@@ -52,7 +52,7 @@ impl RedisServer {
             .arg(&self.dir)
             .stdout(std::process::Stdio::null())
             .spawn()
-            .expect("redis-server: scripts/install-redis.sh installs it");
+            .expect("redis-server: scripts/install-fleet-parts.sh installs it");
         self.process = Some(KillOnDrop(child));
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.answers() {

@@ -42,7 +42,7 @@ impl Server {
     }
 
     async fn store(&self, holder: &str) -> Store {
-        Store::connect(&format!("redis://127.0.0.1:{}/0", self.port), holder)
+        Store::connect(&format!("redis://127.0.0.1:{}/0", self.port), holder, None)
             .await
             .unwrap()
     }
@@ -181,7 +181,64 @@ async fn an_unreachable_store_is_an_error_not_a_hang() {
         .unwrap()
         .port();
     let started = std::time::Instant::now();
-    let connected = Store::connect(&format!("redis://127.0.0.1:{port}/0"), "a").await;
+    let connected = Store::connect(&format!("redis://127.0.0.1:{port}/0"), "a", None).await;
     assert!(connected.is_err());
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// A renewed lease outlives its first time to live; a replica taking its own lease again
+/// (its next turn, while the last one's release is on its way) gets a new token, and the old
+/// lease can neither write nor be renewed.
+#[tokio::test]
+async fn a_lease_is_renewed_and_taken_over_only_by_its_own_replica() {
+    let server = Server::start();
+    let (a, b) = (server.store("a").await, server.store("b").await);
+    let id = Uuid::new_v4();
+    a.create(id, 0.0, b"created").await.unwrap();
+    let (first, _) = held(a.acquire(id, Duration::from_millis(200)).await.unwrap());
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(a.renew(&first, Duration::from_millis(200)).await.unwrap());
+    }
+    assert!(matches!(
+        b.acquire(id, Duration::from_secs(5)).await.unwrap(),
+        Acquired::Busy(_)
+    ));
+    let (second, length) = held(a.acquire(id, Duration::from_secs(5)).await.unwrap());
+    assert!(second.token > first.token);
+    assert_eq!(
+        a.append(&first, length, b"old").await.unwrap(),
+        Appended::Fenced
+    );
+    assert!(!a.renew(&first, Duration::from_secs(5)).await.unwrap());
+    assert!(!a.release(&first).await.unwrap());
+    assert_eq!(
+        a.append(&second, length, b"new").await.unwrap(),
+        Appended::At(2)
+    );
+}
+
+/// With `--session-ttl`, a session no replica changes is dropped by the store itself.
+#[tokio::test]
+async fn an_idle_session_expires_in_the_store() {
+    let server = Server::start();
+    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    let a = Store::connect(&url, "a", Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let id = Uuid::new_v4();
+    a.create(id, 0.0, b"created").await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let (lease, length) = held(a.acquire(id, Duration::from_secs(1)).await.unwrap());
+        a.append(&lease, length, b"turn").await.unwrap();
+        a.release(&lease).await.unwrap();
+    }
+    assert_eq!(a.entries(id, 0).await.unwrap().map(|e| e.len()), Some(4));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(a.entries(id, 0).await.unwrap(), None);
+    assert_eq!(
+        a.acquire(id, Duration::from_secs(1)).await.unwrap(),
+        Acquired::Missing
+    );
 }

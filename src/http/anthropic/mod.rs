@@ -77,7 +77,7 @@ async fn parse(
     payload: web::Payload,
     count_only: bool,
 ) -> Result<(Arc<Session>, ChatRequest, Reply), AnthropicError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body = read_body_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let (request, reply) = read_messages(&session, &body, state.default_max_tokens, count_only)?;

@@ -19,7 +19,7 @@ async fn parse(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ChatCall), ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body = read_body(payload, state.max_body_bytes).await?;
     let call = read_chat(&session, &body, state.default_max_tokens)?;

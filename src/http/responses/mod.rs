@@ -99,7 +99,7 @@ async fn parse(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ResponsesBody, Conversation), ApiError> {
-    let session = state.session(&path.into_inner())?;
+    let session = state.session(&path.into_inner()).await?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let bytes = read_body_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let (body, input) = read_responses(&session, &bytes)?;
@@ -194,7 +194,7 @@ pub async fn retrieve(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (uuid, id) = path.into_inner();
-    let session = state.session(&uuid)?;
+    let session = state.session(&uuid).await?;
     let stored = session
         .responses
         .get(&id)

@@ -1,0 +1,115 @@
+//! The fleet's parts for the tests that start them: replicas (`serve --store`) on ports of
+//! their own, which a test kills and restarts in place, and HAProxy (Debian's package,
+//! `scripts/install-fleet-parts.sh`) balancing them round-robin with no stickiness.
+
+use super::client::Client;
+use super::{KillOnDrop, char_model_dir, free_port};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A replica process before `upstream` (SGLang's wire), on a port it keeps across restarts.
+pub struct Replica {
+    pub port: u16,
+    store: String,
+    upstream: String,
+    process: Option<KillOnDrop>,
+}
+
+impl Replica {
+    /// A replica of the fleet on `store`, started and healthy.
+    pub async fn start(store: &str, upstream: &str) -> Self {
+        let mut replica = Self {
+            port: free_port(),
+            store: store.to_string(),
+            upstream: upstream.to_string(),
+            process: None,
+        };
+        replica.restart().await;
+        replica
+    }
+
+    /// A client of this replica.
+    pub fn client(&self) -> Client {
+        Client::on(self.port)
+    }
+
+    /// The process, while it runs.
+    pub fn process(&self) -> &KillOnDrop {
+        self.process.as_ref().expect("the replica runs")
+    }
+
+    /// Kills the replica at once (SIGKILL: nothing is flushed or closed).
+    pub fn kill(&mut self) {
+        drop(self.process.take());
+    }
+
+    /// Kills the replica if it runs, and starts it again on the same port.
+    pub async fn restart(&mut self) {
+        self.kill();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+            .args(["serve", "--port", &self.port.to_string(), "--workers", "1"])
+            .arg("--tokenizer")
+            .arg(char_model_dir())
+            .args(["--backend", &self.upstream, "--backend-type", "sglang"])
+            .args(["--store", &self.store])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        self.process = Some(KillOnDrop(child));
+        let client = self.client();
+        super::wait_for_health(&client.http, &client.base).await;
+    }
+}
+
+/// HAProxy in front of `replicas`, round-robin, checking each replica's `/health`.
+pub struct Haproxy {
+    pub port: u16,
+    _process: KillOnDrop,
+}
+
+impl Haproxy {
+    /// Starts HAProxy with its configuration in `dir`.
+    pub fn start(dir: &Path, replicas: &[&Replica]) -> Self {
+        let port = free_port();
+        let servers: String = replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                format!(
+                    "  server r{i} 127.0.0.1:{} check inter 200ms fall 1 rise 1\n",
+                    r.port
+                )
+            })
+            .collect();
+        let config = format!(
+            "global\n  maxconn 4096\n\
+             defaults\n  mode http\n  timeout connect 1s\n  timeout client 60s\n  \
+             timeout server 60s\n  retries 3\n  option redispatch\n\
+             frontend fleet\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+             backend replicas\n  balance roundrobin\n  option httpchk GET /health\n{servers}"
+        );
+        let path = dir.join("haproxy.cfg");
+        std::fs::write(&path, config).unwrap();
+        let child = std::process::Command::new("haproxy")
+            .arg("-q")
+            .arg("-f")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy: scripts/install-fleet-parts.sh installs it");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !super::answers_ok(port, "/health") {
+            assert!(Instant::now() < deadline, "haproxy did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            port,
+            _process: KillOnDrop(child),
+        }
+    }
+
+    /// A client of the fleet, through HAProxy.
+    pub fn client(&self) -> Client {
+        Client::on(self.port)
+    }
+}
