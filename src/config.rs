@@ -204,15 +204,19 @@ impl Settings {
         };
         let engine_context = embedded.is_some().then_some(self.engine.context);
         let sessions = SessionStore::new(self.session_limits);
-        let journal = match (&self.data_dir, &self.store) {
-            (Some(_), Some(_)) => return Err(ConfigError::TwoSessionLogs),
-            (None, Some(url)) => {
+        let fleet = match &self.store {
+            Some(url) => {
                 let holder = format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple());
                 let expiry = self.session_limits.ttl;
                 let fleet = crate::fleet::Fleet::open(url, &holder, expiry).await?;
                 tracing::info!(%holder, "serving the sessions of the store");
-                Some(Arc::new(fleet) as Arc<dyn crate::session::SessionLog>)
+                Some(Arc::new(fleet))
             }
+            None => None,
+        };
+        let journal = match (&self.data_dir, &fleet) {
+            (Some(_), Some(_)) => return Err(ConfigError::TwoSessionLogs),
+            (None, Some(fleet)) => Some(fleet.clone() as Arc<dyn crate::session::SessionLog>),
             (Some(dir), None) => {
                 let started = std::time::Instant::now();
                 let (journal, replayed) = crate::journal::Journal::open(dir, &sessions)?;
@@ -281,6 +285,7 @@ impl Settings {
             },
             sessions,
             journal: journal.clone(),
+            fleet,
             draining: Default::default(),
             keys: crate::http::auth::Keys::new(self.api_key.as_deref(), self.admin_key.as_deref()),
             origins: crate::http::guard::Origins::new(&self.allow_origins, &self.allow_hosts),

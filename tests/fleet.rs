@@ -253,3 +253,70 @@ fn sessions_are_kept_in_one_place_only() {
         "{said}"
     );
 }
+
+/// `/pause`, `/weight_version` and `/resume` sent to one replica apply to the whole fleet, and
+/// `/health` on any replica counts the fleet's turns at a backend: the one number a trainer
+/// waits on before it swaps weights.
+#[tokio::test]
+async fn the_trainer_controls_the_whole_fleet_through_any_replica() {
+    let dir = scratch_dir("fleet-control");
+    let redis = RedisServer::start(&dir);
+    let upstream = prompt_determined_upstream();
+    let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
+    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
+    let uuid = on_a.session().await;
+    upstream.push(Reply::Delayed(1500, vec![Sample::stop(chars("slow"))]));
+    let mut messages = Vec::new();
+    let slow = on_a.try_turn(&uuid, &mut messages, "under way");
+    let trainer = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        on_b.post("/pause", serde_json::json!({"mode": "reject"}))
+            .await;
+        // A's turn at the backend is counted, and the count falls to 0 once it is done.
+        let seen = fleet_at_backend_until(&on_b, |at| at == 0).await;
+        assert!(seen.contains(&1), "{seen:?}");
+        let (_, health) = on_b.get_json("/health").await;
+        assert_eq!(health["fleet"]["replicas"], 2);
+        assert_eq!(health["fleet"]["replicas_paused"], 2);
+    };
+    let (slow, ()) = tokio::join!(slow, trainer);
+    assert_eq!(
+        slow, 200,
+        "a turn at a backend when the pause came finishes"
+    );
+    let refused = on_a.try_turn(&uuid, &mut messages.clone(), "paused").await;
+    assert_eq!(refused, 429, "A follows B's pause");
+
+    on_a.post(
+        "/weight_version",
+        serde_json::json!({"weight_version": "v7"}),
+    )
+    .await;
+    on_a.post("/resume", serde_json::json!({})).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, health) = on_b.get_json("/health").await;
+        if health["paused"].is_null() && health["weight_version"] == "v7" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{health}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(on_b.try_turn(&uuid, &mut messages, "resumed").await, 200);
+}
+
+/// Polls `/health` until the fleet's turns at a backend satisfy `done`; every count seen.
+async fn fleet_at_backend_until(client: &Client, done: impl Fn(u64) -> bool) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen = Vec::new();
+    loop {
+        let (_, health) = client.get_json("/health").await;
+        let at = health["fleet"]["turns_at_backend"].as_u64().unwrap();
+        seen.push(at);
+        if done(at) {
+            return seen;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -25,6 +25,7 @@
 //! - `rp:{id}:fence`: the last token handed out for the session (tokens only grow).
 //! - `rp:sessions`: every session, scored by its creation time.
 
+mod control;
 mod held;
 mod store;
 
@@ -35,6 +36,7 @@ use crate::session::responses::StoredResponse;
 use crate::session::{
     CommitRecord, LogError, Reward, Session, SessionHold, SessionLog, SessionState, SessionStore,
 };
+pub use control::FleetHealth;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +57,8 @@ pub struct Fleet {
     applied: DashMap<Uuid, Arc<Applied>>,
     /// One load at a time: two requests for a session not yet here load it once.
     loading: tokio::sync::Mutex<()>,
+    /// One change of the fleet's control at a time, here (see [`control`]).
+    control: tokio::sync::Mutex<()>,
 }
 
 /// What this replica applied of one session, and the lease a turn of it holds here; locked
@@ -88,6 +92,7 @@ impl Fleet {
             store: Store::connect(url, holder, expiry).await?,
             applied: DashMap::new(),
             loading: tokio::sync::Mutex::new(()),
+            control: tokio::sync::Mutex::new(()),
         })
     }
 

@@ -73,6 +73,8 @@ struct Scripts {
     release: Script,
     append: Script,
     delete: Script,
+    report: Script,
+    reports: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -89,6 +91,14 @@ fn key(id: Uuid, what: &str) -> String {
 
 fn index() -> String {
     format!("{PREFIX}:sessions")
+}
+
+fn control_key() -> String {
+    format!("{PREFIX}:control")
+}
+
+fn replicas_key() -> String {
+    format!("{PREFIX}:replicas")
 }
 
 /// KEYS: log, index. ARGV: id, created_at, entry, expiry_ms (0: none). 1 when created, 0 when
@@ -139,6 +149,34 @@ length = redis.call('RPUSH', KEYS[2], ARGV[3])
 if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 return {1, length}";
 
+/// KEYS: replicas. ARGV: holder, report. The report, stamped with the store's clock (so that
+/// replicas' clocks need not agree).
+const REPORT: &str = r"
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], ms .. ' ' .. ARGV[2])
+return 1";
+
+/// KEYS: replicas. ARGV: life_ms. The reports made within `life_ms`; reports ten times older
+/// (replicas long gone) are dropped.
+const REPORTS: &str = r"
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local life = tonumber(ARGV[1])
+local all = redis.call('HGETALL', KEYS[1])
+local live = {}
+for i = 1, #all, 2 do
+  local value = all[i + 1]
+  local space = string.find(value, ' ')
+  local age = ms - tonumber(string.sub(value, 1, space - 1))
+  if age <= life then
+    table.insert(live, string.sub(value, space + 1))
+  elseif age > 10 * life then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return live";
+
 /// KEYS: log, lease, fence, index. ARGV: id. 1 when this call deleted the session.
 const DELETE: &str = r"
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
@@ -166,6 +204,8 @@ impl Store {
             release: Script::new(RELEASE),
             append: Script::new(APPEND),
             delete: Script::new(DELETE),
+            report: Script::new(REPORT),
+            reports: Script::new(REPORTS),
         };
         Ok(Self {
             connection,
@@ -315,6 +355,54 @@ impl Store {
             .into_iter()
             .filter_map(|(id, at)| Some((Uuid::parse_str(&id).ok()?, at)))
             .collect())
+    }
+
+    /// Sets (or, with `None`, removes) one field of the fleet's control.
+    pub async fn set_control(&self, field: &str, value: Option<&str>) -> Result<(), StoreError> {
+        let command = match value {
+            Some(value) => redis::cmd("HSET")
+                .arg(control_key())
+                .arg(field)
+                .arg(value)
+                .to_owned(),
+            None => redis::cmd("HDEL").arg(control_key()).arg(field).to_owned(),
+        };
+        let _: i64 = command.query_async(&mut self.connection.clone()).await?;
+        Ok(())
+    }
+
+    /// The fleet's control: the pause in force and the weight version, as kept.
+    pub async fn control(&self) -> Result<(Option<String>, Option<String>), StoreError> {
+        Ok(redis::cmd("HMGET")
+            .arg(control_key())
+            .arg("pause")
+            .arg("weight_version")
+            .query_async(&mut self.connection.clone())
+            .await?)
+    }
+
+    /// Keeps this replica's `report`, stamped with the store's time.
+    pub async fn report(&self, report: &str) -> Result<(), StoreError> {
+        let _: i64 = self
+            .scripts
+            .report
+            .key(replicas_key())
+            .arg(&self.holder)
+            .arg(report)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Every replica's report made within `life`.
+    pub async fn reports(&self, life: Duration) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .scripts
+            .reports
+            .key(replicas_key())
+            .arg(life.as_millis() as u64)
+            .invoke_async(&mut self.connection.clone())
+            .await?)
     }
 }
 

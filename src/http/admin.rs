@@ -27,6 +27,7 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
         "turns_at_backend": state.pipeline.gate.turns_at_backend(),
         "paused": state.pipeline.gate.paused(),
         "weight_version": state.pipeline.gate.weight_version(),
+        "fleet": super::control::fleet_health(&state).await,
         "journal": state.journal.as_ref().map(|log| json!({
             "bytes": log.bytes(),
             "recovered": log.recovered(),

@@ -39,7 +39,14 @@ pub async fn pause(
         since: crate::session::now_seconds(),
     };
     tracing::info!(mode = ?pause.mode, in_flight = ?pause.in_flight, reason = ?pause.reason, "paused");
-    let before = state.pipeline.gate.pause(pause.clone());
+    let gate = &state.pipeline.gate;
+    let before = match &state.fleet {
+        Some(fleet) => fleet
+            .pause(gate, pause.clone())
+            .await
+            .map_err(store_unavailable)?,
+        None => gate.pause(pause.clone()),
+    };
     let held = before.is_some_and(|p| p.in_flight == InFlight::Keep);
     let backends = match (pause.in_flight, held) {
         (InFlight::Keep, _) => state.pipeline.backends.control(&Control::Hold).await,
@@ -51,20 +58,49 @@ pub async fn pause(
         "paused": pause,
         "turns_under_way": state.pipeline.turns_under_way(),
         "turns_at_backend": state.pipeline.gate.turns_at_backend(),
+        "fleet": fleet_health(&state).await,
         "backends": backends,
     })))
 }
 
+/// The fleet's numbers (`--store`), or `null` when they cannot be read (or there is no fleet).
+pub(super) async fn fleet_health(state: &AppState) -> Option<crate::fleet::FleetHealth> {
+    let fleet = state.fleet.as_ref()?;
+    match fleet.health(&state.pipeline.gate).await {
+        Ok(health) => Some(health),
+        Err(error) => {
+            tracing::warn!(%error, "the fleet's numbers could not be read");
+            None
+        }
+    }
+}
+
+/// The 503 of a control change the fleet's store did not take: nothing changed anywhere.
+fn store_unavailable(error: crate::fleet::StoreError) -> ApiError {
+    ApiError::new(
+        actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable_error",
+        format!("the fleet's control could not be changed: {error}"),
+    )
+}
+
 /// `POST /resume`: waiting turns go on, and backends a pause froze go on too.
-pub async fn resume(state: web::Data<AppState>) -> HttpResponse {
-    let was = state.pipeline.gate.resume();
+pub async fn resume(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let gate = &state.pipeline.gate;
+    let was = match &state.fleet {
+        Some(fleet) => fleet.resume(gate).await.map_err(store_unavailable)?,
+        None => gate.resume(),
+    };
     tracing::info!(was_paused = was.is_some(), "resumed");
     let held = was.as_ref().is_some_and(|p| p.in_flight == InFlight::Keep);
     let backends = match held {
         true => state.pipeline.backends.control(&Control::Release).await,
         false => Vec::new(),
     };
-    HttpResponse::Ok().json(json!({"resumed": was.is_some(), "was": was, "backends": backends}))
+    Ok(
+        HttpResponse::Ok()
+            .json(json!({"resumed": was.is_some(), "was": was, "backends": backends})),
+    )
 }
 
 /// `POST /weight_version`'s body.
@@ -83,10 +119,14 @@ pub async fn weight_version(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(payload, state.max_body_bytes).await?;
     let body: WeightVersionBody = parse_json(&body)?;
-    state
-        .pipeline
-        .gate
-        .set_weight_version(body.weight_version.clone());
+    let gate = &state.pipeline.gate;
+    match &state.fleet {
+        Some(fleet) => fleet
+            .set_weight_version(gate, body.weight_version.clone())
+            .await
+            .map_err(store_unavailable)?,
+        None => gate.set_weight_version(body.weight_version.clone()),
+    }
     let backends = match &body.weight_version {
         Some(version) => {
             let action = Control::WeightVersion(version.clone());

@@ -45,8 +45,11 @@ pub struct AppState {
     pub default_max_tokens: Option<u32>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Where sessions are kept beyond the process (`--data-dir`: the journal).
+    /// Where sessions are kept beyond the process (`--data-dir`: the journal; `--store`: the
+    /// fleet's store).
     pub journal: Option<Arc<dyn crate::session::SessionLog>>,
+    /// The fleet this replica is part of (`--store`): its control and numbers.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The keys callers must present (none: every route is open).
     pub keys: auth::Keys,
     /// Where requests may come from (`--allow-origin`, `--allow-host`).
@@ -298,6 +301,9 @@ pub fn serve(
     actix_web::rt::spawn(state.pipeline.backends.clone().run_health_checks());
     actix_web::rt::spawn(release_freed_memory(state.clone()));
     actix_web::rt::spawn(expire_idle_sessions(state.clone()));
+    if let Some(fleet) = state.fleet.clone() {
+        actix_web::rt::spawn(fleet.follow(state.pipeline.clone()));
+    }
     state.origins.listening_on(listener.local_addr()?);
     let data = web::Data::from(state);
     let mut server = HttpServer::new(move || {

@@ -32,7 +32,7 @@ pub enum InFlight {
 }
 
 /// A pause in force.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Pause {
     /// What new turns do.
     pub mode: PauseMode,
