@@ -18,7 +18,6 @@
 //! it runs a small version (24 rollouts) with every fault, kill and restart.
 
 #[path = "load/apis.rs"]
-#[allow(dead_code)]
 mod apis;
 #[path = "faults/chaos.rs"]
 mod chaos;

@@ -26,16 +26,19 @@
 mod apis;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "load/proxy.rs"]
+mod proxy;
+#[path = "load/rollouts.rs"]
+mod rollouts;
 #[path = "load/workload.rs"]
 mod workload;
 
 use apis::{Api, Conversation};
-use common::mock_worker::{MockWorker, Sample, Wire};
 use common::{env_or, fixture_model};
+use proxy::ProxyProcess;
 use rollout_proxy::tokenizer::Tokenizer;
-use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use rollouts::{nodes_of, percentile, post, post_bytes, rollout, upstream};
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -45,219 +48,6 @@ use workload::{QUESTIONS, SYSTEM, tools};
 // proxy, and every cycle they save is the proxy's to use.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// `GET /nodes` as the checks read it: each node's array lengths and divergence; the ids are
-/// counted, not built.
-#[derive(Deserialize)]
-struct Nodes {
-    nodes: Vec<NodeShape>,
-}
-
-#[derive(Deserialize)]
-struct NodeShape {
-    tokens: Vec<IgnoredAny>,
-    masked_tokens: Vec<IgnoredAny>,
-    logprobs: Vec<IgnoredAny>,
-    #[serde(default)]
-    metadata: NodeMetadata,
-}
-
-/// Only rollout-proxy explains a divergence; the reference's nodes have no such field.
-#[derive(Debug, Default, Deserialize)]
-struct NodeMetadata {
-    #[serde(default)]
-    divergence: Value,
-}
-
-/// The proxy process: its CPU time (all threads, ns) and resident memory.
-struct ProxyProcess {
-    child: std::process::Child,
-    url: String,
-    /// Each thread's CPU when last read: a thread that has exited since (the runtime's
-    /// blocking pool lets idle ones go) keeps counting, so the total never goes back.
-    threads_cpu_ns: std::sync::Mutex<std::collections::HashMap<String, u64>>,
-}
-
-impl ProxyProcess {
-    fn start(upstream: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let qwen3 = fixture_model("qwen3");
-        let child = match std::env::var("LOAD_PROXY_CMD") {
-            // Another proxy altogether (e.g. the Atropos reference): a shell command with
-            // `{port}` and `{upstream}` placeholders; `exec` keeps its PID the measured one.
-            Ok(template) => {
-                let command = template
-                    .replace("{port}", &port.to_string())
-                    .replace("{upstream}", upstream);
-                std::process::Command::new("sh")
-                    .arg("-c")
-                    .arg(format!("exec {command}"))
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .unwrap()
-            }
-            // `LOAD_PROXY_BIN` runs another build (e.g. the previous commit's) for a
-            // side-by-side run.
-            Err(_) => {
-                let binary = std::env::var("LOAD_PROXY_BIN")
-                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-proxy").to_string());
-                let extra = std::env::var("LOAD_PROXY_ARGS").unwrap_or_default();
-                std::process::Command::new(binary)
-                    .args(["serve", "--port", &port.to_string(), "--tokenizer"])
-                    .arg(&qwen3)
-                    .args(["--backend", upstream, "--backend-type", "sglang"])
-                    .args(extra.split_whitespace())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .unwrap()
-            }
-        };
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the proxy did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            url,
-            threads_cpu_ns: Default::default(),
-        }
-    }
-
-    fn cpu_ns(&self) -> u64 {
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let mut threads = self.threads_cpu_ns.lock().unwrap();
-        for task in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
-            let schedstat = std::fs::read_to_string(task.path().join("schedstat"));
-            let cpu = schedstat
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse().ok());
-            if let Some(cpu) = cpu {
-                threads.insert(task.file_name().to_string_lossy().into_owned(), cpu);
-            }
-        }
-        threads.values().sum()
-    }
-
-    fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A zero-latency upstream answering from the harness's reply pool, each reply ending with
-/// `<|im_end|>`.
-fn upstream(tokenizer: &Tokenizer) -> MockWorker {
-    let pool = workload::ReplyPool::new(tokenizer);
-    let worker = MockWorker::start(Wire::Sglang);
-    worker.respond_with(Arc::new(move |prompt: &[u32]| {
-        Sample::stop(pool.reply(prompt).to_vec())
-    }));
-    worker
-}
-
-async fn post(client: &reqwest::Client, url: &str, body: &impl Serialize) -> Value {
-    post_bytes(client, url, serde_json::to_vec(body).unwrap()).await
-}
-
-async fn post_bytes(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Value {
-    let response = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{url}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
-}
-
-/// One rollout of `turns` turns in `api`; returns the turn latencies. Panics on a node-check
-/// failure.
-async fn rollout(
-    client: &reqwest::Client,
-    base: &str,
-    api: Api,
-    index: usize,
-    turns: usize,
-) -> Vec<Duration> {
-    let session = post(
-        client,
-        &format!("{base}/sessions/create"),
-        &json!({"tool_parser": "hermes"}),
-    )
-    .await;
-    let uuid = session["uuid"].as_str().unwrap().to_string();
-    let url = api.url(base, &uuid);
-    let mut conversation = Conversation::new(api, SYSTEM, QUESTIONS[index % QUESTIONS.len()]);
-    let mut rng = workload::rollout_rng(index);
-    let mut questions_asked = 1;
-    let mut latencies = Vec::with_capacity(turns);
-    let tools = api.tools(&tools());
-    for _ in 0..turns {
-        let body = conversation.body(&tools, Some(1.0), false);
-        let start = Instant::now();
-        let reply = post_bytes(client, &url, body).await;
-        latencies.push(start.elapsed());
-        let asked = conversation.answer(
-            &reply,
-            QUESTIONS[(index + questions_asked) % QUESTIONS.len()],
-            |call| workload::tool_result(call, &mut rng),
-        );
-        questions_asked += usize::from(asked);
-    }
-    let nodes = nodes_of(client, base, &uuid).await;
-    assert_eq!(
-        nodes.len(),
-        1,
-        "one node per rollout: {:?}",
-        nodes
-            .iter()
-            .map(|n| &n.metadata.divergence)
-            .collect::<Vec<_>>()
-    );
-    let node = &nodes[0];
-    let lengths = [
-        node.tokens.len(),
-        node.masked_tokens.len(),
-        node.logprobs.len(),
-    ];
-    assert!(lengths.windows(2).all(|w| w[0] == w[1]), "{lengths:?}");
-    client
-        .delete(format!("{base}/{uuid}"))
-        .send()
-        .await
-        .unwrap();
-    latencies
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[at].as_secs_f64() * 1000.0
-}
 
 fn main() {
     let benchmarking = std::env::args().any(|a| a == "--bench");
@@ -464,17 +254,4 @@ async fn growth_rollout(
         .await
         .unwrap();
     curve
-}
-
-/// `GET /{uuid}/nodes`.
-async fn nodes_of(client: &reqwest::Client, base: &str, uuid: &str) -> Vec<NodeShape> {
-    let body: Nodes = client
-        .get(format!("{base}/{uuid}/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body.nodes
 }

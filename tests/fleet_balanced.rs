@@ -35,7 +35,8 @@ async fn a_balanced_fleet_loses_nothing_through_a_killed_replica_and_a_restarted
     for _ in 0..3 {
         replicas.push(Replica::start(&redis.url(), &upstream.url).await);
     }
-    let haproxy = Haproxy::start(&dir, &replicas.iter().collect::<Vec<_>>());
+    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+    let haproxy = Haproxy::start(&dir, &ports);
     let fleet = Arc::new(haproxy.client());
 
     let done = Arc::new(AtomicUsize::new(0));
@@ -117,9 +118,9 @@ impl Rollout {
     /// The rollout's one node holds exactly the conversation its client had.
     async fn assert_exact(&self, fleet: &Client) {
         let (status, nodes) = fleet.get_json(&format!("/{}/nodes", self.uuid)).await;
-        assert_eq!(status, 200);
+        assert_eq!(status, 200, "{}: {nodes}", self.uuid);
         let nodes = nodes["nodes"].as_array().unwrap();
-        assert_eq!(nodes.len(), 1, "{}: one node", self.uuid);
+        assert_eq!(nodes.len(), 1, "{}: one node: {nodes:#?}", self.uuid);
         let node = &nodes[0];
         assert_eq!(node["metadata"]["num_turns"], TURNS);
         let mut text = String::new();

@@ -1,6 +1,7 @@
 //! The workload's conversation in each API a session serves (`LOAD_API`): OpenAI chat,
 //! Anthropic Messages or OpenAI Responses. Each keeps the conversation in its own wire format,
 //! sends it whole every turn (as the agents do), and appends the reply exactly as returned.
+#![allow(dead_code)]
 
 use serde::Serialize;
 use serde_json::{Value, json};

@@ -100,13 +100,22 @@ impl Fleet {
         self.applied.get(&id).map(|a| a.clone())
     }
 
-    /// Loads session `id` from the store into `sessions`, unless it is here already or the
-    /// store has no such session.
+    /// Whether session `id` is here: in `sessions`, with what was applied of it.
+    fn is_here(&self, sessions: &SessionStore, id: Uuid) -> bool {
+        self.applied.contains_key(&id) && sessions.get(&id.to_string()).is_some()
+    }
+
+    /// Loads session `id` from the store into `sessions`, unless it is here already (another
+    /// request loaded it meanwhile) or the store has no such session.
     async fn load(&self, sessions: &SessionStore, id: Uuid) -> Result<(), LogError> {
         let _one_at_a_time = self.loading.lock().await;
-        if self.applied.contains_key(&id) {
+        if self.is_here(sessions, id) {
             return Ok(());
         }
+        // Half here (a leftover of a failed change): started over from the store, and a copy
+        // someone may still hold is closed, so that nothing is applied to it unseen.
+        self.applied.remove(&id);
+        sessions.remove(&id.to_string());
         let Some(entries) = self.store.entries(id, 0).await.map_err(log_error)? else {
             return Ok(());
         };
@@ -315,7 +324,6 @@ impl SessionLog for Fleet {
     async fn refresh(&self, sessions: &SessionStore, id: Uuid) -> Result<(), LogError> {
         let here = self.applied(id).zip(sessions.get(&id.to_string()));
         let Some((applied, session)) = here else {
-            self.applied.remove(&id);
             return self.load(sessions, id).await;
         };
         let mut state = session.state.lock().await;

@@ -46,9 +46,13 @@ pub async fn once_per_key(
     let (Some(key), Some(session)) = (key, session) else {
         return next.call(request).await;
     };
-    // The handler answers for a session that is not there (or a record that cannot be read).
-    let Ok(session) = state.known_session(&session).await else {
-        return next.call(request).await;
+    let session = match state.known_session(&session).await {
+        Ok(session) => session,
+        // The handler answers for a session that is not there, in its API's words.
+        Err(error) if error.status == StatusCode::NOT_FOUND => return next.call(request).await,
+        // A record that cannot be read now (a fleet's store restarting) may hold this key's
+        // turn: running it without its key could sample and record it twice.
+        Err(error) => return Ok(request.into_response(shape.refuse(error))),
     };
     // The body, read to hash it, then put back for the handler.
     let mut payload = request.take_payload();

@@ -81,6 +81,19 @@ impl AppState {
         self.sessions.get(id).ok_or_else(|| self.missing(id))
     }
 
+    /// The session `id` for a turn that reads nothing of it before the turn holds it (which
+    /// brings it up to date): loaded from a shared record only when it is not here. Marked
+    /// as used now.
+    pub async fn turn_session(&self, id: &str) -> Result<Arc<Session>, ApiError> {
+        let session = match self.sessions.get(id) {
+            Some(session) => session,
+            None => self.known_session(id).await?,
+        };
+        session.touch();
+        self.freed.note();
+        Ok(session)
+    }
+
     /// Brings every session up to date with a record other processes share (`--store`),
     /// before they are listed or exported.
     pub async fn refresh_all(&self) -> Result<(), ApiError> {

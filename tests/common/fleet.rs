@@ -61,24 +61,21 @@ impl Replica {
     }
 }
 
-/// HAProxy in front of `replicas`, round-robin, checking each replica's `/health`.
+/// HAProxy in front of replicas, round-robin, checking each replica's `/health`.
 pub struct Haproxy {
     pub port: u16,
-    _process: KillOnDrop,
+    pub process: KillOnDrop,
 }
 
 impl Haproxy {
-    /// Starts HAProxy with its configuration in `dir`.
-    pub fn start(dir: &Path, replicas: &[&Replica]) -> Self {
+    /// Starts HAProxy before the replicas on `ports`, with its configuration in `dir`.
+    pub fn start(dir: &Path, ports: &[u16]) -> Self {
         let port = free_port();
-        let servers: String = replicas
+        let servers: String = ports
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                format!(
-                    "  server r{i} 127.0.0.1:{} check inter 200ms fall 1 rise 1\n",
-                    r.port
-                )
+            .map(|(i, replica)| {
+                format!("  server r{i} 127.0.0.1:{replica} check inter 200ms fall 1 rise 1\n")
             })
             .collect();
         let config = format!(
@@ -97,14 +94,26 @@ impl Haproxy {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("haproxy: scripts/install-fleet-parts.sh installs it");
+        // Every replica up: health answered in a row as often as round-robin takes to pass
+        // each twice.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !super::answers_ok(port, "/health") {
-            assert!(Instant::now() < deadline, "haproxy did not start");
-            std::thread::sleep(Duration::from_millis(50));
+        let mut in_a_row = 0;
+        while in_a_row < 2 * ports.len() {
+            assert!(
+                Instant::now() < deadline,
+                "haproxy did not see every replica up"
+            );
+            match super::answers_ok(port, "/health") {
+                true => in_a_row += 1,
+                false => {
+                    in_a_row = 0;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
         }
         Self {
             port,
-            _process: KillOnDrop(child),
+            process: KillOnDrop(child),
         }
     }
 

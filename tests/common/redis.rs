@@ -25,6 +25,53 @@ impl RedisServer {
         server
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("redis-server runs").0.id()
+    }
+
+    /// The counters of `INFO stats` (commands processed, bytes in and out) and of `INFO
+    /// commandstats` (`cmdstat_NAME`: each command's calls).
+    pub fn stats(&self) -> std::collections::HashMap<String, u64> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.write_all(b"INFO all\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 8192];
+        // A bulk string: `$len\r\n` then the text; read until all of it is in.
+        loop {
+            let n = stream.read(&mut chunk).unwrap();
+            reply.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            if let Some((head, body)) = text.split_once("\r\n") {
+                let len: usize = head.trim_start_matches('$').parse().unwrap();
+                if body.len() >= len {
+                    return body
+                        .lines()
+                        .filter_map(|line| {
+                            let (name, value) = line.split_once(':')?;
+                            // `cmdstat_get:calls=3,usec=…`: the calls.
+                            let value = value
+                                .strip_prefix("calls=")
+                                .map_or(value, |calls| calls.split(',').next().unwrap_or_default());
+                            Some((name.to_string(), value.trim().parse().ok()?))
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+
+    /// Empties the server.
+    pub fn flush(&self) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.write_all(b"FLUSHALL\r\n").unwrap();
+        let mut reply = [0u8; 5];
+        stream.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"+OK\r\n");
+    }
+
     /// The store's URL, as `serve --store` takes it.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)

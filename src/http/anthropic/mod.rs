@@ -70,14 +70,19 @@ impl ResponseError for AnthropicError {
 }
 
 /// The session, and the turn the body asks for with how to reply; unknown fields are logged
-/// at debug. `count_only`: `max_tokens` may be left out.
+/// at debug. `count_only` (a render, or a count): `max_tokens` may be left out.
 async fn parse(
     state: &AppState,
     path: web::Path<String>,
     payload: web::Payload,
     count_only: bool,
 ) -> Result<(Arc<Session>, ChatRequest, Reply), AnthropicError> {
-    let session = state.session(&path.into_inner()).await?;
+    let id = path.into_inner();
+    // A render reads the session as it is now; a turn brings it up to date once it holds it.
+    let session = match count_only {
+        true => state.session(&id).await?,
+        false => state.turn_session(&id).await?,
+    };
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body = read_body_noting_unknown(payload, state.max_body_bytes, KNOWN_FIELDS).await?;
     let (request, reply) = read_messages(&session, &body, state.default_max_tokens, count_only)?;

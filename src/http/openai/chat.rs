@@ -16,10 +16,9 @@ use std::sync::Arc;
 
 async fn parse(
     state: &AppState,
-    path: web::Path<String>,
+    session: Arc<Session>,
     payload: web::Payload,
 ) -> Result<(Arc<Session>, ChatCall), ApiError> {
-    let session = state.session(&path.into_inner()).await?;
     let _parse = state.pipeline.metrics.timed(Stage::Parse);
     let body = read_body(payload, state.max_body_bytes).await?;
     let call = read_chat(&session, &body, state.default_max_tokens)?;
@@ -32,7 +31,9 @@ pub async fn render(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, call) = parse(&state, path, payload).await?;
+    // Read as it is now (a turn brings the session up to date once it holds it).
+    let session = state.session(&path.into_inner()).await?;
+    let (session, call) = parse(&state, session, payload).await?;
     let rendered = state.pipeline.render(&session, &call.turn).await?;
     Ok(crate::http::render_reply(rendered))
 }
@@ -44,7 +45,8 @@ pub async fn completions(
     payload: web::Payload,
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
-    let (session, ChatCall { mut turn, reply }) = parse(&state, path, payload).await?;
+    let session = state.turn_session(&path.into_inner()).await?;
+    let (session, ChatCall { mut turn, reply }) = parse(&state, session, payload).await?;
     turn.key = key.map(web::ReqData::into_inner);
     if reply.stream {
         let stream = state.pipeline.stream(session, turn).await?;

@@ -94,7 +94,7 @@ pub async fn completions(
     payload: web::Payload,
     key: Option<web::ReqData<TurnKey>>,
 ) -> Result<HttpResponse, ApiError> {
-    let session = state.session(&path.into_inner()).await?;
+    let session = state.turn_session(&path.into_inner()).await?;
     let body: CompletionBody = {
         let _parse = state.pipeline.metrics.timed(Stage::Parse);
         read_json(payload, state.max_body_bytes).await?
