@@ -1,7 +1,8 @@
 //! What keeping sessions costs, side by side in one run: the load generator's rollouts (its
 //! workload, `load/`) against the proxy keeping sessions in memory, in `--data-dir`, and in a
 //! redis-server (`--store`; Debian's, append-only, fsynced on every write), then against a
-//! fleet of 1, 2 and 3 replicas on that store behind HAProxy (round-robin, no stickiness).
+//! fleet of 1, 2 and 3 replicas on that store behind HAProxy (round-robin, no stickiness), and
+//! of 3 with each session's requests sent to one replica (HAProxy's `balance uri depth 1`).
 //!
 //! For each: turns per second, the proxy's CPU per turn (every replica's), redis-server's and
 //! HAProxy's CPU per turn, turn latency p50/p99, and the store's commands and bytes per turn
@@ -24,7 +25,7 @@ mod rollouts;
 mod workload;
 
 use apis::Api;
-use common::fleet::Haproxy;
+use common::fleet::{Balance, Haproxy};
 use common::redis::RedisServer;
 use common::{env_or, fixture_model, free_port};
 use proxy::{ProxyProcess, threads_cpu_ns};
@@ -44,8 +45,10 @@ enum Setup {
     Memory,
     DataDir,
     Store,
-    /// Replicas on the store behind HAProxy.
+    /// Replicas on the store behind HAProxy, round-robin.
     Fleet(usize),
+    /// Replicas on the store behind HAProxy, each session's requests to one replica.
+    FleetBySession(usize),
 }
 
 impl Setup {
@@ -54,7 +57,8 @@ impl Setup {
             Setup::Memory => "memory".into(),
             Setup::DataDir => "--data-dir".into(),
             Setup::Store => "--store".into(),
-            Setup::Fleet(n) => format!("fleet of {n} (HAProxy)"),
+            Setup::Fleet(n) => format!("fleet of {n}, round-robin"),
+            Setup::FleetBySession(n) => format!("fleet of {n}, by session"),
         }
     }
 }
@@ -130,6 +134,7 @@ fn main() {
         Setup::Fleet(1),
         Setup::Fleet(2),
         Setup::Fleet(3),
+        Setup::FleetBySession(3),
     ];
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut all: HashMap<String, Vec<Measured>> = HashMap::new();
@@ -201,10 +206,10 @@ async fn run(
     let flags: Vec<&str> = match setup {
         Setup::Memory => vec![],
         Setup::DataDir => vec!["--data-dir", data_dir.to_str().unwrap()],
-        Setup::Store | Setup::Fleet(_) => vec!["--store", &store],
+        Setup::Store | Setup::Fleet(_) | Setup::FleetBySession(_) => vec!["--store", &store],
     };
     let replicas: Vec<ProxyProcess> = (0..match setup {
-        Setup::Fleet(n) => n,
+        Setup::Fleet(n) | Setup::FleetBySession(n) => n,
         _ => 1,
     })
         .map(|_| ProxyProcess::rollout_proxy(upstream, free_port(), &flags))
@@ -212,14 +217,13 @@ async fn run(
     for replica in &replicas {
         common::wait_for_health(&reqwest::Client::new(), &replica.url).await;
     }
+    let ports: Vec<u16> = replicas
+        .iter()
+        .map(|r| r.url.rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
     let haproxy = match setup {
-        Setup::Fleet(_) => {
-            let ports: Vec<u16> = replicas
-                .iter()
-                .map(|r| r.url.rsplit(':').next().unwrap().parse().unwrap())
-                .collect();
-            Some(Haproxy::start(dir, &ports))
-        }
+        Setup::Fleet(_) => Some(Haproxy::start(dir, &ports, Balance::RoundRobin)),
+        Setup::FleetBySession(_) => Some(Haproxy::start(dir, &ports, Balance::BySession)),
         _ => None,
     };
     let base = match &haproxy {

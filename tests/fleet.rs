@@ -320,3 +320,49 @@ async fn fleet_at_backend_until(client: &Client, done: impl Fn(u64) -> bool) -> 
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Whichever replica serves a session's turn, it goes to the inference server the session's
+/// previous turn ran on (the record says which), so that server's prefix cache still hits:
+/// here the first turn goes to the second server (the first is busy on that replica), and the
+/// other replicas, to which the first server looks idle, follow it there.
+#[tokio::test]
+async fn a_sessions_turns_stay_on_one_backend_across_replicas() {
+    let dir = scratch_dir("fleet-backends");
+    let redis = RedisServer::start(&dir);
+    let (first, second) = (prompt_determined_upstream(), prompt_determined_upstream());
+    let upstreams = [first.url.as_str(), second.url.as_str()];
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        running.push(Replica::before(&redis.url(), &upstreams).await);
+    }
+    let replicas: Vec<Client> = running.iter().map(Replica::client).collect();
+    let (busy, uuid) = (replicas[0].session().await, replicas[0].session().await);
+    first.push(Reply::Delayed(1500, vec![Sample::stop(chars("busy"))]));
+    let mut busy_messages = Vec::new();
+    let busy_turn = replicas[0].try_turn(&busy, &mut busy_messages, "keep the first busy");
+    let session_turns = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mut messages = Vec::new();
+        for turn in 0..6 {
+            let user = format!("turn {turn}");
+            assert_eq!(
+                replicas[turn % 3]
+                    .try_turn(&uuid, &mut messages, &user)
+                    .await,
+                200
+            );
+        }
+    };
+    let (busy_status, ()) = tokio::join!(busy_turn, session_turns);
+    assert_eq!(busy_status, 200);
+    let (_, nodes) = replicas[1].get_json(&format!("/{uuid}/nodes")).await;
+    let turns = nodes["nodes"][0]["metadata"]["turns"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let backends: Vec<&str> = turns
+        .iter()
+        .map(|t| t["backend"].as_str().unwrap())
+        .collect();
+    assert_eq!(backends, [second.url.as_str(); 6]);
+}

@@ -11,7 +11,7 @@
 mod common;
 
 use common::client::Client;
-use common::fleet::{Haproxy, Replica};
+use common::fleet::{Balance, Haproxy, Replica};
 use common::redis::RedisServer;
 use common::{chars, env_or, prompt_determined_upstream, scratch_dir};
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ async fn a_balanced_fleet_loses_nothing_through_a_killed_replica_and_a_restarted
         replicas.push(Replica::start(&redis.url(), &upstream.url).await);
     }
     let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
-    let haproxy = Haproxy::start(&dir, &ports);
+    let haproxy = Haproxy::start(&dir, &ports, Balance::RoundRobin);
     let fleet = Arc::new(haproxy.client());
 
     let done = Arc::new(AtomicUsize::new(0));

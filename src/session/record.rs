@@ -181,6 +181,11 @@ impl Session {
             }
         }
         self.set_num_nodes(state.nodes.len());
+        // The session's next turn prefers this server (its prefix cache is there), whichever
+        // process applies the record: the one that sampled it, a restart, another replica.
+        if let Some(first) = record.choices.first() {
+            self.set_backend(first.backend.clone());
+        }
         if let Some(key) = &record.key {
             let turn = CommittedTurn {
                 choices: record.choices.clone(),

@@ -7,21 +7,26 @@ use super::{KillOnDrop, char_model_dir, free_port};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A replica process before `upstream` (SGLang's wire), on a port it keeps across restarts.
+/// A replica process before upstreams (SGLang's wire), on a port it keeps across restarts.
 pub struct Replica {
     pub port: u16,
     store: String,
-    upstream: String,
+    upstreams: Vec<String>,
     process: Option<KillOnDrop>,
 }
 
 impl Replica {
-    /// A replica of the fleet on `store`, started and healthy.
+    /// A replica of the fleet on `store` before `upstream`, started and healthy.
     pub async fn start(store: &str, upstream: &str) -> Self {
+        Self::before(store, &[upstream]).await
+    }
+
+    /// A replica of the fleet on `store` before every one of `upstreams`.
+    pub async fn before(store: &str, upstreams: &[&str]) -> Self {
         let mut replica = Self {
             port: free_port(),
             store: store.to_string(),
-            upstream: upstream.to_string(),
+            upstreams: upstreams.iter().map(|u| u.to_string()).collect(),
             process: None,
         };
         replica.restart().await;
@@ -46,11 +51,16 @@ impl Replica {
     /// Kills the replica if it runs, and starts it again on the same port.
     pub async fn restart(&mut self) {
         self.kill();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"));
+        command
             .args(["serve", "--port", &self.port.to_string(), "--workers", "1"])
             .arg("--tokenizer")
-            .arg(char_model_dir())
-            .args(["--backend", &self.upstream, "--backend-type", "sglang"])
+            .arg(char_model_dir());
+        for upstream in &self.upstreams {
+            command.args(["--backend", upstream]);
+        }
+        let child = command
+            .args(["--backend-type", "sglang"])
             .args(["--store", &self.store])
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -61,7 +71,17 @@ impl Replica {
     }
 }
 
-/// HAProxy in front of replicas, round-robin, checking each replica's `/health`.
+/// How HAProxy spreads requests over the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// In turn, with no stickiness.
+    RoundRobin,
+    /// By a hash of the path's first segment (a session's id), so that a session's requests
+    /// go to one replica while it is up.
+    BySession,
+}
+
+/// HAProxy in front of replicas, checking each replica's `/health`.
 pub struct Haproxy {
     pub port: u16,
     pub process: KillOnDrop,
@@ -69,7 +89,11 @@ pub struct Haproxy {
 
 impl Haproxy {
     /// Starts HAProxy before the replicas on `ports`, with its configuration in `dir`.
-    pub fn start(dir: &Path, ports: &[u16]) -> Self {
+    pub fn start(dir: &Path, ports: &[u16], balance: Balance) -> Self {
+        let balance = match balance {
+            Balance::RoundRobin => "roundrobin",
+            Balance::BySession => "uri depth 1\n  hash-type consistent",
+        };
         let port = free_port();
         let servers: String = ports
             .iter()
@@ -83,7 +107,7 @@ impl Haproxy {
              defaults\n  mode http\n  timeout connect 1s\n  timeout client 60s\n  \
              timeout server 60s\n  retries 3\n  option redispatch\n\
              frontend fleet\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
-             backend replicas\n  balance roundrobin\n  option httpchk GET /health\n{servers}"
+             backend replicas\n  balance {balance}\n  option httpchk GET /health\n{servers}"
         );
         let path = dir.join("haproxy.cfg");
         std::fs::write(&path, config).unwrap();
