@@ -10,7 +10,7 @@ mod common;
 
 use common::client::Client;
 use common::fleet::Replica;
-use common::mock_worker::{Reply, Sample};
+use common::mock_worker::{MockWorker, Reply, Sample};
 use common::redis::RedisServer;
 use common::{chars, free_port, prompt_determined_upstream, scratch_dir};
 use serde_json::Value;
@@ -20,6 +20,34 @@ async fn replica(store: &str, upstream: &str) -> (Replica, Client) {
     let replica = Replica::start(store, upstream).await;
     let client = replica.client();
     (replica, client)
+}
+
+/// Two replicas on a store of their own, before one upstream, and a session made on the first.
+struct TwoReplicas {
+    _redis: RedisServer,
+    upstream: MockWorker,
+    a: Replica,
+    on_a: Client,
+    _b: Replica,
+    on_b: Client,
+    uuid: String,
+}
+
+async fn two_replicas(name: &str) -> TwoReplicas {
+    let redis = RedisServer::start(&scratch_dir(name));
+    let upstream = prompt_determined_upstream();
+    let (a, on_a) = replica(&redis.url(), &upstream.url).await;
+    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
+    let uuid = on_a.session().await;
+    TwoReplicas {
+        _redis: redis,
+        upstream,
+        a,
+        on_a,
+        _b,
+        on_b,
+        uuid,
+    }
 }
 
 #[tokio::test]
@@ -121,12 +149,8 @@ async fn every_replica_serves_every_session_at_once() {
 /// request still samples waits for it, and is answered from its record: one turn, one reply.
 #[tokio::test]
 async fn a_retry_sent_to_another_replica_is_answered_from_the_first_ones_record() {
-    let dir = scratch_dir("fleet-retry");
-    let redis = RedisServer::start(&dir);
-    let upstream = prompt_determined_upstream();
-    let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
-    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
-    let uuid = on_a.session().await;
+    let fleet = two_replicas("fleet-retry").await;
+    let (upstream, on_a, on_b, uuid) = (&fleet.upstream, &fleet.on_a, &fleet.on_b, &fleet.uuid);
     upstream.push(Reply::Delayed(
         1500,
         vec![Sample::stop(chars("slow answer"))],
@@ -139,10 +163,10 @@ async fn a_retry_sent_to_another_replica_is_answered_from_the_first_ones_record(
             .json(&serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}))
             .send()
     };
-    let first = keyed(&on_a);
+    let first = keyed(on_a);
     let retry = async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        keyed(&on_b).await
+        keyed(on_b).await
     };
     let (first, retry) = tokio::join!(first, retry);
     let (first, retry) = (first.unwrap(), retry.unwrap());
@@ -166,22 +190,18 @@ async fn a_retry_sent_to_another_replica_is_answered_from_the_first_ones_record(
 /// that replica's turn only.
 #[tokio::test]
 async fn a_replica_paused_past_its_lease_writes_nothing() {
-    let dir = scratch_dir("fleet-paused");
-    let redis = RedisServer::start(&dir);
-    let upstream = prompt_determined_upstream();
-    let (a, on_a) = replica(&redis.url(), &upstream.url).await;
-    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
-    let uuid = on_a.session().await;
+    let fleet = two_replicas("fleet-paused").await;
+    let (upstream, on_a, on_b, uuid) = (&fleet.upstream, &fleet.on_a, &fleet.on_b, &fleet.uuid);
     upstream.push(Reply::Delayed(1000, vec![Sample::stop(chars("late"))]));
     let mut on_a_messages = Vec::new();
-    let late = on_a.try_turn(&uuid, &mut on_a_messages, "first");
+    let late = on_a.try_turn(uuid, &mut on_a_messages, "first");
     let pause = async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        signal(&a, "STOP");
+        signal(&fleet.a, "STOP");
         // B waits for A's lease to run out (5 s), then takes the session over.
         let mut messages = Vec::new();
-        let status = on_b.try_turn(&uuid, &mut messages, "first").await;
-        signal(&a, "CONT");
+        let status = on_b.try_turn(uuid, &mut messages, "first").await;
+        signal(&fleet.a, "CONT");
         status
     };
     let (late, continued) = tokio::join!(late, pause);
@@ -190,7 +210,7 @@ async fn a_replica_paused_past_its_lease_writes_nothing() {
     let nodes = nodes["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0]["metadata"]["num_turns"], 1);
-    assert_eq!(on_a.nodes_text(&uuid).await, on_b.nodes_text(&uuid).await);
+    assert_eq!(on_a.nodes_text(uuid).await, on_b.nodes_text(uuid).await);
 }
 
 fn signal(replica: &Replica, signal: &str) {
@@ -259,21 +279,17 @@ fn sessions_are_kept_in_one_place_only() {
 /// waits on before it swaps weights.
 #[tokio::test]
 async fn the_trainer_controls_the_whole_fleet_through_any_replica() {
-    let dir = scratch_dir("fleet-control");
-    let redis = RedisServer::start(&dir);
-    let upstream = prompt_determined_upstream();
-    let (_a, on_a) = replica(&redis.url(), &upstream.url).await;
-    let (_b, on_b) = replica(&redis.url(), &upstream.url).await;
-    let uuid = on_a.session().await;
+    let fleet = two_replicas("fleet-control").await;
+    let (upstream, on_a, on_b, uuid) = (&fleet.upstream, &fleet.on_a, &fleet.on_b, &fleet.uuid);
     upstream.push(Reply::Delayed(1500, vec![Sample::stop(chars("slow"))]));
     let mut messages = Vec::new();
-    let slow = on_a.try_turn(&uuid, &mut messages, "under way");
+    let slow = on_a.try_turn(uuid, &mut messages, "under way");
     let trainer = async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         on_b.post("/pause", serde_json::json!({"mode": "reject"}))
             .await;
         // A's turn at the backend is counted, and the count falls to 0 once it is done.
-        let seen = fleet_at_backend_until(&on_b, |at| at == 0).await;
+        let seen = fleet_at_backend_until(on_b, |at| at == 0).await;
         assert!(seen.contains(&1), "{seen:?}");
         let (_, health) = on_b.get_json("/health").await;
         assert_eq!(health["fleet"]["replicas"], 2);
@@ -284,7 +300,7 @@ async fn the_trainer_controls_the_whole_fleet_through_any_replica() {
         slow, 200,
         "a turn at a backend when the pause came finishes"
     );
-    let refused = on_a.try_turn(&uuid, &mut messages.clone(), "paused").await;
+    let refused = on_a.try_turn(uuid, &mut messages.clone(), "paused").await;
     assert_eq!(refused, 429, "A follows B's pause");
 
     on_a.post(
@@ -302,7 +318,7 @@ async fn the_trainer_controls_the_whole_fleet_through_any_replica() {
         assert!(std::time::Instant::now() < deadline, "{health}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(on_b.try_turn(&uuid, &mut messages, "resumed").await, 200);
+    assert_eq!(on_b.try_turn(uuid, &mut messages, "resumed").await, 200);
 }
 
 /// Polls `/health` until the fleet's turns at a backend satisfy `done`; every count seen.
@@ -365,4 +381,39 @@ async fn a_sessions_turns_stay_on_one_backend_across_replicas() {
         .map(|t| t["backend"].as_str().unwrap())
         .collect();
     assert_eq!(backends, [second.url.as_str(); 6]);
+}
+
+/// With `--session-ttl`, a session no replica changes for that long expires in the store
+/// itself: every replica then answers 404 for it, and none lists it.
+#[tokio::test]
+async fn an_idle_session_expires_fleet_wide() {
+    let dir = scratch_dir("fleet-ttl");
+    let redis = RedisServer::start(&dir);
+    let upstream = prompt_determined_upstream();
+    let ttl = ["--session-ttl", "1"];
+    let a = Replica::with_flags(&redis.url(), &[upstream.url.as_str()], &ttl).await;
+    let b = Replica::with_flags(&redis.url(), &[upstream.url.as_str()], &ttl).await;
+    let (on_a, on_b) = (a.client(), b.client());
+    let (idle, used) = (on_a.session().await, on_a.session().await);
+    on_a.turn(&idle, &mut Vec::new(), "once").await;
+    let mut messages = Vec::new();
+    // `used` changes every half second, on both replicas in turn; `idle` never again.
+    for (turn, replica) in [&on_a, &on_b, &on_a, &on_b, &on_a].iter().enumerate() {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        replica
+            .turn(&used, &mut messages, &format!("turn {turn}"))
+            .await;
+    }
+    for replica in [&on_a, &on_b] {
+        assert_eq!(replica.get_json(&format!("/{idle}/nodes")).await.0, 404);
+        assert_eq!(replica.get_json(&format!("/{used}/nodes")).await.0, 200);
+    }
+    let (_, listed) = on_b.get_json("/sessions").await;
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [used.as_str()]);
 }

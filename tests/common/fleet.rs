@@ -12,6 +12,7 @@ pub struct Replica {
     pub port: u16,
     store: String,
     upstreams: Vec<String>,
+    flags: Vec<String>,
     process: Option<KillOnDrop>,
 }
 
@@ -23,10 +24,16 @@ impl Replica {
 
     /// A replica of the fleet on `store` before every one of `upstreams`.
     pub async fn before(store: &str, upstreams: &[&str]) -> Self {
+        Self::with_flags(store, upstreams, &[]).await
+    }
+
+    /// A replica of the fleet on `store` before `upstreams`, with `flags` added.
+    pub async fn with_flags(store: &str, upstreams: &[&str], flags: &[&str]) -> Self {
         let mut replica = Self {
             port: free_port(),
             store: store.to_string(),
             upstreams: upstreams.iter().map(|u| u.to_string()).collect(),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
             process: None,
         };
         replica.restart().await;
@@ -62,6 +69,7 @@ impl Replica {
         let child = command
             .args(["--backend-type", "sglang"])
             .args(["--store", &self.store])
+            .args(&self.flags)
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
