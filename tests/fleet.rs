@@ -281,6 +281,20 @@ fn sessions_are_kept_in_one_place_only() {
 async fn the_trainer_controls_the_whole_fleet_through_any_replica() {
     let fleet = two_replicas("fleet-control").await;
     let (upstream, on_a, on_b, uuid) = (&fleet.upstream, &fleet.on_a, &fleet.on_b, &fleet.uuid);
+    // Asked at once, a replica that does not follow a pause yet is not counted as settled,
+    // even while no turn is at a backend.
+    wait_for_reports(on_a, 2).await;
+    on_b.post("/pause", serde_json::json!({})).await;
+    let (_, health) = on_a.get_json("/health").await;
+    if health["paused"].is_null() {
+        assert!(
+            health["fleet"]["turns_at_backend"].as_u64().unwrap() >= 1,
+            "{health}"
+        );
+    }
+    on_b.post("/resume", serde_json::json!({})).await;
+    fleet_at_backend_until(on_a, |at| at == 0).await;
+
     upstream.push(Reply::Delayed(1500, vec![Sample::stop(chars("slow"))]));
     let mut messages = Vec::new();
     let slow = on_a.try_turn(uuid, &mut messages, "under way");
@@ -416,4 +430,17 @@ async fn an_idle_session_expires_fleet_wide() {
         .map(|s| s["uuid"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [used.as_str()]);
+}
+
+/// Waits until `/health` on `client` counts `replicas` replicas that reported.
+async fn wait_for_reports(client: &Client, replicas: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, health) = client.get_json("/health").await;
+        if health["fleet"]["replicas"] == replicas {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{health}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -79,8 +79,11 @@ impl Fleet {
         Ok(())
     }
 
-    /// The fleet's numbers, from every replica's last report.
-    pub async fn health(&self, gate: &Gate) -> Result<FleetHealth, StoreError> {
+    /// The fleet's numbers, from every replica's last report, against the pause the store
+    /// has (which a replica asked right after another was paused may not follow yet).
+    pub async fn health(&self) -> Result<FleetHealth, StoreError> {
+        let (pause, _) = self.store.control().await?;
+        let pause: Option<Pause> = pause.and_then(|p| serde_json::from_str(&p).ok());
         let reports: Vec<Report> = self
             .store
             .reports(REPORT_LIFE)
@@ -88,7 +91,7 @@ impl Fleet {
             .iter()
             .filter_map(|report| serde_json::from_str(report).ok())
             .collect();
-        let since = gate.paused().map(|pause| pause.since);
+        let since = pause.map(|pause| pause.since);
         let replicas_paused = reports
             .iter()
             .filter(|r| since.is_none() || r.paused_since == since)

@@ -66,7 +66,7 @@ pub async fn pause(
 /// The fleet's numbers (`--store`), or `null` when they cannot be read (or there is no fleet).
 pub(super) async fn fleet_health(state: &AppState) -> Option<crate::fleet::FleetHealth> {
     let fleet = state.fleet.as_ref()?;
-    match fleet.health(&state.pipeline.gate).await {
+    match fleet.health().await {
         Ok(health) => Some(health),
         Err(error) => {
             tracing::warn!(%error, "the fleet's numbers could not be read");
