@@ -8,14 +8,14 @@ use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
 
-/// A store that keeps what happens to sessions, so they outlive the process (the journal of
-/// `--data-dir`; a store shared by several proxies could be another). Every call happens
-/// before the change is answered; an error means the change must not be made.
+/// A store that keeps what happens to sessions, so they outlive the process: the journal of
+/// `--data-dir`, or the store a fleet of replicas shares (`--store`, [`crate::fleet`]). Every
+/// call happens before the change is answered; an error means the change must not be made.
 #[async_trait::async_trait]
 pub trait SessionLog: Send + Sync + std::fmt::Debug {
     /// A session was created.
     async fn created(&self, session: &Session) -> Result<(), LogError>;
-    /// A session was deleted or expired.
+    /// A session was deleted (or, unless [`SessionLog::expired`] says otherwise, expired).
     async fn deleted(&self, session: Uuid) -> Result<(), LogError>;
     /// A turn of `session` is about to be applied.
     async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
