@@ -108,6 +108,10 @@ impl Fleet {
     /// Loads session `id` from the store into `sessions`, unless it is here already (another
     /// request loaded it meanwhile) or the store has no such session.
     async fn load(&self, sessions: &SessionStore, id: Uuid) -> Result<(), LogError> {
+        // Read before taking the lock, so that requests for ids the store does not have (or
+        // loads of other sessions) do not wait on each other's round trips; a turn appended
+        // since is applied when the session is next read or held.
+        let entries = self.store.entries(id, 0).await.map_err(log_error)?;
         let _one_at_a_time = self.loading.lock().await;
         if self.is_here(sessions, id) {
             return Ok(());
@@ -116,7 +120,7 @@ impl Fleet {
         // someone may still hold is closed, so that nothing is applied to it unseen.
         self.applied.remove(&id);
         sessions.remove(&id.to_string());
-        let Some(entries) = self.store.entries(id, 0).await.map_err(log_error)? else {
+        let Some(entries) = entries else {
             return Ok(());
         };
         let mut replayed = Replayed::default();
