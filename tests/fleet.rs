@@ -62,13 +62,7 @@ async fn a_killed_replicas_sessions_are_served_exactly_by_another() {
         assert_eq!(on_a.try_turn(&kept, &mut messages, user).await, 200);
     }
     assert_eq!(on_a.try_turn(&deleted, &mut Vec::new(), "gone").await, 200);
-    let gone = on_a
-        .http
-        .delete(format!("{}/{deleted}", on_a.base))
-        .send()
-        .await
-        .unwrap();
-    assert!(gone.status().is_success());
+    on_a.delete_session(&deleted).await;
     let (_, before) = on_a.nodes_text(&kept).await;
 
     drop(a); // SIGKILL: nothing is flushed or closed.
@@ -133,13 +127,7 @@ async fn every_replica_serves_every_session_at_once() {
     let ours = listed.iter().find(|s| s["uuid"] == uuid.as_str()).unwrap();
     assert_eq!(ours["reward"], 0.5, "a reward given on C is seen on A");
 
-    let deleted = on_b
-        .http
-        .delete(format!("{}/{uuid}", on_b.base))
-        .send()
-        .await
-        .unwrap();
-    assert!(deleted.status().is_success());
+    on_b.delete_session(&uuid).await;
     for replica in replicas {
         assert_eq!(replica.get_json(&format!("/{uuid}/nodes")).await.0, 404);
     }

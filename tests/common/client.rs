@@ -88,4 +88,19 @@ impl Client {
         let created = self.post("/sessions/create", json!({})).await;
         created["uuid"].as_str().unwrap().to_string()
     }
+
+    /// Deletes the session `uuid` (which must succeed).
+    pub async fn delete_session(&self, uuid: &str) {
+        let response = self
+            .http
+            .delete(format!("{}/{uuid}", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{uuid}: {}",
+            response.status()
+        );
+    }
 }
