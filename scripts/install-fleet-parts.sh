@@ -18,4 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 redis-server --version >&2
-haproxy -v | head -1 >&2
+# Its first line only, read without a pipe: under pipefail, `| head -1` fails the script
+# whenever haproxy is still writing when head exits (SIGPIPE, exit 141).
+haproxy_version=$(haproxy -v)
+echo "${haproxy_version%%$'\n'*}" >&2
