@@ -4,13 +4,13 @@ use crate::backend::{
     Backend, BackendConfig, BackendKind, ClientFactory, LlamaCppBackend, OpenAiTextBackend,
     PROBE_TEXT, Pool, PoolSettings, Probe, SglangBackend, VllmBackend,
 };
-use crate::engine::{self, Engine, EngineBackend, EngineSettings};
+use crate::engine::{self, Embedded, EngineSettings};
 use crate::http::AppState;
 use crate::session::SessionStore;
 use crate::template::{
     ChatTemplate, TemplateError, TemplateSpec, load_template, template_with_source,
 };
-use crate::tokenizer::{GgufVocab, Tokenizer};
+use crate::tokenizer::Tokenizer;
 use crate::turn::{Pipeline, TurnContext};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -156,13 +156,17 @@ impl Settings {
                 .iter()
                 .map(|url| BackendConfig::new(url, kind)),
         );
-        let embedded = self.start_engine(servers.is_empty())?;
+        let embedded = Embedded::start(
+            self.model.as_deref(),
+            servers.is_empty(),
+            self.engine.clone(),
+        )?;
         if let Some(embedded) = &embedded {
             servers.push(BackendConfig {
                 num_max_requests_at_once: self.engine.slots,
                 ..BackendConfig::new(engine::ENGINE_URL, BackendKind::Embedded)
             });
-            tracing::info!(model = %embedded.path.display(), "serving the model in-process (llama.cpp)");
+            tracing::info!(model = %embedded.path().display(), "serving the model in-process (llama.cpp)");
         }
         let tokenizer_dir = self
             .tokenizer
@@ -170,15 +174,13 @@ impl Settings {
             .or_else(|| self.config.tokenizer_name.as_ref().map(PathBuf::from));
         let tokenizer = Arc::new(match (&tokenizer_dir, &embedded) {
             (Some(dir), _) => Tokenizer::from_path(dir)?,
-            (None, Some(embedded)) => {
-                Tokenizer::from_gguf(GgufVocab::new(embedded.engine.model().clone()))
-            }
+            (None, Some(embedded)) => embedded.tokenizer(),
             (None, None) => return Err(ConfigError::NoTokenizer),
         });
         let model_dir = tokenizer_dir.as_deref().filter(|d| d.is_dir());
         let given_model = self.model_name.clone().or(self.config.model_name.clone());
         let local_name = {
-            let named = embedded.as_ref().map(|e| e.path.as_path());
+            let named = embedded.as_ref().map(Embedded::path);
             named
                 .or(tokenizer_dir.as_deref())
                 .and_then(|p| p.file_stem())
@@ -230,7 +232,7 @@ impl Settings {
             }
             (None, None) => None,
         };
-        let engine = embedded.map(|e| e.engine);
+        let engine = embedded.map(Arc::new);
         // A tokenizer that cannot encode the probe leaves the servers unchecked, not the
         // proxy unstarted.
         let probe = tokenizer.encode(PROBE_TEXT).ok().map(|expected| Probe {
@@ -299,56 +301,6 @@ impl Settings {
     }
 }
 
-/// The model served in-process.
-struct Embedded {
-    engine: Arc<Engine>,
-    path: PathBuf,
-    /// The fetched default model (its GGUF template has no tools).
-    is_default: bool,
-}
-
-impl Embedded {
-    /// The template when none is configured: the bundled Hermes tool-calling ChatML for the
-    /// default model, else the GGUF's own.
-    fn template(&self) -> Result<ChatTemplate, ConfigError> {
-        if self.is_default {
-            return Ok(load_template(Some(&TemplateSpec::parse("hermes")), None)?);
-        }
-        let model = self.engine.model();
-        let source = engine::model::chat_template(model).ok_or_else(|| {
-            TemplateError::Load(format!(
-                "{} carries no chat template: pass --chat-template",
-                self.path.display()
-            ))
-        })?;
-        let name = format!("{} (GGUF)", self.path.display());
-        Ok(ChatTemplate::new(
-            name,
-            source,
-            engine::model::template_tokens(model),
-        )?)
-    }
-}
-
-impl Settings {
-    /// Starts the in-process engine: for `--model`, or with the default model when nothing
-    /// else serves (`no_backends`).
-    fn start_engine(&self, no_backends: bool) -> Result<Option<Embedded>, ConfigError> {
-        let (path, is_default) = match (&self.model, no_backends) {
-            (Some(path), _) => (path.clone(), false),
-            (None, true) => (engine::default_model::default_model()?, true),
-            (None, false) => return Ok(None),
-        };
-        let model = engine::model::load(&path)?;
-        let engine = Engine::start(model, self.engine.clone())?;
-        Ok(Some(Embedded {
-            engine,
-            path,
-            is_default,
-        }))
-    }
-}
-
 /// The chat template of the first llama-server backend that reports one (`GET /props`).
 async fn llama_server_template(
     servers: &[BackendConfig],
@@ -383,7 +335,7 @@ fn default_factory(
     given_model: Option<String>,
     fallback: &str,
     tokenizer: Arc<Tokenizer>,
-    engine: Option<Arc<crate::engine::Engine>>,
+    engine: Option<Arc<Embedded>>,
 ) -> ClientFactory {
     let fallback = fallback.to_string();
     Box::new(move |config: &BackendConfig| -> Box<dyn Backend> {
@@ -403,11 +355,10 @@ fn default_factory(
                 timeout,
                 tokenizer.clone(),
             )),
-            BackendKind::Embedded => Box::new(EngineBackend(
-                engine
-                    .clone()
-                    .expect("embedded entries are only added with a running engine"),
-            )),
+            BackendKind::Embedded => engine
+                .as_ref()
+                .expect("embedded entries are only added with a running engine")
+                .backend(),
         }
     })
 }

