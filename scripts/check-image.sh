@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the container image (Dockerfile) with docker or podman and smoke-tests it: the health
 # check passes, it runs as the non-root user, `--version` names the commit, the default model
-# answers a chat turn, and a session recorded in the /data volume is served again after the
-# container is replaced. Prints the image's size.
+# answers a two-turn tool call, and a session recorded in the /data volume is served again
+# after the container is replaced. Prints the image's size.
 #
 # Where the base image debian:bookworm-slim cannot be pulled (no container registry in reach),
 # it is made from Debian's packages: mmdebstrap, with this machine's apt sources, writes a
@@ -50,10 +50,15 @@ if [ "$engine" = podman ] && ! podman run --rm --network host "$base" true 2>/de
   run_flags=(--ulimit "nofile=$(ulimit -n):$(ulimit -Hn)" --ulimit "nproc=1024:1024")
 fi
 
+# podman writes OCI images by default, a format without HEALTHCHECK: the docker format keeps it.
+build_flags=()
+if [ "${engine%% *}" = podman ]; then
+  build_flags=(--format docker)
+fi
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # This machine's root certificates go to the build (the Dockerfile's secret `ca`): they hold
 # those of a network that re-signs TLS, where there is one.
-$engine build --network host "${run_flags[@]}" --build-arg ROLLOUT_PROXY_COMMIT="$commit" \
+$engine build "${build_flags[@]}" --network host "${run_flags[@]}" --build-arg ROLLOUT_PROXY_COMMIT="$commit" \
   --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt -t "$image" . >&2
 echo "image $image: $($engine image inspect --format '{{.Size}}' "$image" | numfmt --to=si)B" >&2
 
@@ -92,34 +97,9 @@ healthy() {
 }
 start
 healthy
-python3 - "$port" "$recorded" <<'PY'
-import json, sys, urllib.request
-
-base = f"http://127.0.0.1:{sys.argv[1]}"
-def call(path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data, {"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as reply:
-        return json.load(reply)
-
-uuid = call("/sessions/create", {})["uuid"]
-reply = call(f"/{uuid}/v1/chat/completions",
-             {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "seed": 1})
-assert reply["choices"][0]["message"]["role"] == "assistant", reply
-open(sys.argv[2], "w").write(json.dumps(
-    {"uuid": uuid, "nodes": call(f"/{uuid}/nodes")["nodes"]}))
-PY
+python3 scripts/lib/smoke.py rollout "$port" --save "$recorded"
 # A new container on the same volume serves the session as it was.
 $engine rm -f "$name" >/dev/null
 start
 healthy
-python3 - "$port" "$recorded" <<'PY'
-import json, sys, urllib.request
-
-before = json.load(open(sys.argv[2]))
-with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/{before['uuid']}/nodes") as reply:
-    after = json.load(reply)["nodes"]
-assert after == before["nodes"], (after, before["nodes"])
-print(f"the image serves: a turn of {len(after[0]['tokens'])} tokens kept across containers",
-      file=sys.stderr)
-PY
+python3 scripts/lib/smoke.py same-nodes "$port" "$recorded"

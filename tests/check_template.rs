@@ -1,8 +1,8 @@
 //! `rollout-proxy check-template` over every template in `fixtures/` (the five families of the
 //! conformance corpus and the bundled gpt-oss template), as a user runs it: the table and JSON,
 //! the verdicts and exit codes, the rewrites it names, the tool-call format it detects (which
-//! sessions created without `tool_parser` then take), the README's tables kept to its output,
-//! and every prompt rendered the same by transformers (`--reference-python`).
+//! sessions created without `tool_parser` then take), docs/templates.md's tables kept to its
+//! output, and every prompt rendered the same by transformers (`--reference-python`).
 
 mod common;
 
@@ -139,18 +139,18 @@ fn every_fixture_template_is_checked() {
 }
 
 #[test]
-fn the_readme_shows_each_familys_table() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let families = FAMILIES.map(|f| (f, corpus_template("readme", f)));
+fn the_templates_page_shows_each_familys_table() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/templates.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    let families = FAMILIES.map(|f| (f, corpus_template("docs", f)));
     let bundled = [("gpt_oss", PathBuf::from("gpt_oss"))];
     for (family, template) in families.iter().chain(&bundled) {
         let (_, table) = check(family, template, &[]);
         // From the tool-call line on: the template line names a scratch file.
         let body = &table[table.find("tool calls").unwrap()..];
         assert!(
-            readme.contains(body.trim_end()),
-            "README.md lacks {family}'s check-template table:\n{body}"
+            page.contains(body.trim_end()),
+            "docs/templates.md lacks {family}'s check-template table:\n{body}"
         );
     }
 }
