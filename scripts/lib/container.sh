@@ -12,25 +12,18 @@ base=docker.io/library/debian:bookworm-slim
 engine=${ROLLOUT_PROXY_CONTAINER:-}
 run_flags=()
 
+"$(dirname "${BASH_SOURCE[0]}")/../install-container-tools.sh"
 if [ -z "$engine" ]; then
   if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
     engine=docker
-  elif command -v podman >/dev/null; then
-    engine=podman
-  elif [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's podman" >&2
-    apt-get install -y -qq --no-install-recommends podman runc >&2
-    engine=podman
   else
-    echo "neither docker (with a daemon) nor podman is here: apt-get install podman" >&2
-    exit 1
+    engine=podman
   fi
 fi
 
 # The base image: pulled, or made from Debian's packages.
 if ! $engine image inspect "$base" >/dev/null 2>&1 && ! $engine pull -q "$base" >/dev/null 2>&1; then
   echo "cannot pull $base: making it with mmdebstrap from this machine's apt sources" >&2
-  command -v mmdebstrap >/dev/null || apt-get install -y -qq --no-install-recommends mmdebstrap >&2
   sources=$(mktemp)
   cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null >"$sources" || true
   mmdebstrap --quiet --variant=minbase bookworm - "$sources" | $engine import - "$base" >&2
