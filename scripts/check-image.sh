@@ -15,6 +15,11 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 $engine build "${build_flags[@]}" --network host "${run_flags[@]}" --build-arg ROLLOUT_PROXY_COMMIT="$commit" \
   --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt -t "$image" . >&2
 echo "image $image: $($engine image inspect --format '{{.Size}}' "$image" | numfmt --to=si)B" >&2
+# The build stage keeps a tag of its own, so its layers (Debian's Rust, the compile) stay the
+# next build's cache; the untagged images of earlier runs go, so reruns do not fill the disk.
+$engine build "${build_flags[@]}" --network host "${run_flags[@]}" --build-arg ROLLOUT_PROXY_COMMIT="$commit" \
+  --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt --target build -t "$image-build" . >/dev/null
+$engine image prune -f >/dev/null
 
 name=rollout-proxy-check-$$
 volume=rollout-proxy-check-$$
