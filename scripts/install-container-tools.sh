@@ -4,6 +4,7 @@
 # daemon answers, and mmdebstrap, which makes the base image where it cannot be pulled.
 # .ci/run calls this before it starts the image's build beside the tests, so that apt runs once.
 set -euo pipefail
+. "$(dirname "$0")/lib/debian-packages.sh"
 
 missing=()
 if ! { command -v docker >/dev/null && docker info >/dev/null 2>&1; }; then
@@ -11,13 +12,4 @@ if ! { command -v docker >/dev/null && docker info >/dev/null 2>&1; }; then
   command -v runc >/dev/null || missing+=(runc)
 fi
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's ${missing[*]}" >&2
-    (apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
-      (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}")) >&2
-  else
-    echo "missing: ${missing[*]} (apt-get install ${missing[*]})" >&2
-    exit 1
-  fi
-fi
+install_missing ${missing[@]+"${missing[@]}"}

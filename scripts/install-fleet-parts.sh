@@ -3,20 +3,12 @@
 # (2.6), when missing and when this runs as root. Each test runs its own processes on free
 # ports; the services Debian's packages start where there is an init system are not used.
 set -euo pipefail
+. "$(dirname "$0")/lib/debian-packages.sh"
 
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v haproxy >/dev/null || missing+=(haproxy)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing Debian's ${missing[*]}" >&2
-    (apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
-      (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}")) >&2
-  else
-    echo "missing: ${missing[*]} (apt-get install ${missing[*]})" >&2
-    exit 1
-  fi
-fi
+install_missing ${missing[@]+"${missing[@]}"}
 redis-server --version >&2
 # Its first line only, read without a pipe: under pipefail, `| head -1` fails the script
 # whenever haproxy is still writing when head exits (SIGPIPE, exit 141).
