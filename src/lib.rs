@@ -64,6 +64,7 @@ pub mod tokenizer;
 pub mod tools;
 pub mod turn;
 pub(crate) mod viewer;
+pub mod vision;
 
 pub use config::Settings;
 pub use http::{AppState, serve};
