@@ -50,6 +50,7 @@ async fn timed(
         session: None,
         adapter: None,
         routed_experts_from: None,
+        images: Default::default(),
     };
     let start = Instant::now();
     let mut events = backend

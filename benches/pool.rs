@@ -62,6 +62,7 @@ fn request() -> GenerateRequest {
         session: None,
         adapter: None,
         routed_experts_from: None,
+        images: Default::default(),
     }
 }
 

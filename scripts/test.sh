@@ -28,7 +28,7 @@ export XGRAMMAR_PYTHON
 # tests/vllm_live.rs puts a real vLLM (its CPU build, serving a tiny random-weight Qwen3)
 # behind the proxy.
 eval "$(scripts/install-vllm.sh)"
-export VLLM_PYTHON VLLM_MODEL
+export VLLM_PYTHON VLLM_MODEL VLLM_VL_MODELS
 # tests/viewer.rs drives the token viewer in Debian's chromium through playwright-core.
 eval "$(scripts/install-browser.sh)"
 export CHROMIUM_BIN PLAYWRIGHT_CORE

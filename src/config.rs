@@ -118,6 +118,9 @@ pub enum ConfigError {
     /// The session store cannot be reached or read.
     #[error(transparent)]
     Store(#[from] crate::fleet::StoreError),
+    /// The model's image processor config cannot be used.
+    #[error(transparent)]
+    Vision(#[from] crate::vision::VisionError),
     /// Sessions can be kept in one place only.
     #[error("--data-dir and --store both keep sessions: give one")]
     TwoSessionLogs,
@@ -204,6 +207,16 @@ impl Settings {
                 other => other?,
             },
         };
+        let vision = match model_dir {
+            Some(dir) => {
+                let image_pad = tokenizer.token_id(crate::vision::IMAGE_PAD);
+                crate::vision::VisionModel::from_dir(dir, image_pad)?
+            }
+            None => None,
+        };
+        if let Some(vision) = &vision {
+            tracing::info!(grid = ?vision.grid, "the model takes images");
+        }
         let engine_context = embedded.is_some().then_some(self.engine.context);
         let sessions = SessionStore::new(self.session_limits);
         let fleet = match &self.store {
@@ -266,7 +279,8 @@ impl Settings {
             model_name: model_name.clone(),
             pipeline: Pipeline {
                 context: {
-                    let context = TurnContext::new(Arc::new(template), tokenizer);
+                    let context =
+                        TurnContext::new(Arc::new(template), tokenizer).with_vision(vision);
                     let tail = !self.full_render && crate::checker::tail_renders_hold(&context);
                     tracing::info!(tail_renders = tail, "rendering only a conversation's end");
                     context.set_tail_renders(tail);

@@ -125,6 +125,36 @@ pub struct GenerateRequest {
     /// Ask for the experts each position was routed to, from this position on (the rows the
     /// node being extended lacks); `None`: do not ask.
     pub routed_experts_from: Option<u32>,
+    /// The images of the prompt, in order, each with the run of placeholders it fills in
+    /// `prompt` (empty for a text prompt). Only a backend that expands placeholders as the
+    /// proxy did takes them ([`crate::backend`]).
+    pub images: std::sync::Arc<[PromptImage]>,
+}
+
+/// An image in a node: the run of placeholder tokens (`<|image_pad|>`) it fills, and the
+/// image's hash and patch grid, from which a trainer rebuilds its pixel values and M-RoPE
+/// positions (the bytes are served by `GET /blobs/{sha256}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImageSpan {
+    /// SHA-256 of the image's bytes, lowercase hex.
+    pub sha256: std::sync::Arc<str>,
+    /// The bytes' media type (`image/png`, ...).
+    pub media_type: std::sync::Arc<str>,
+    /// Position of the run's first placeholder.
+    pub offset: usize,
+    /// Placeholders in the run.
+    pub length: usize,
+    /// The processor's patch grid `[t, h, w]` (`image_grid_thw`).
+    pub grid_thw: [u32; 3],
+}
+
+/// An image of a prompt, with its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptImage {
+    /// Where it stands in the prompt.
+    pub span: ImageSpan,
+    /// The image as the client sent it.
+    pub bytes: std::sync::Arc<[u8]>,
 }
 
 /// Why a sample ended.

@@ -417,6 +417,7 @@ async fn an_id_outside_the_vocabulary_fails_only_its_own_request() {
         session: None,
         adapter: None,
         routed_experts_from: None,
+        images: Default::default(),
     };
     let good = request(vec![1, 2, 3, 4, 5, 6, 7, 8]);
     let bad = request(vec![1, 2, 3_000_000_000]);

@@ -56,6 +56,26 @@ pub enum BackendError {
         /// The request option it cannot honour.
         option: &'static str,
     },
+    /// The prompt holds images and this backend cannot take them token-exactly.
+    #[error("backend {url} cannot take images token-exactly: {reason}")]
+    NoImages {
+        /// The backend's base URL.
+        url: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The backend expanded the prompt's images otherwise than the proxy: its prompt is not
+    /// the one the node would record.
+    #[error(
+        "backend {url} placed the prompt's images otherwise than the proxy ({reason}); \
+         nothing was recorded"
+    )]
+    ImagesDiffer {
+        /// The backend's base URL.
+        url: String,
+        /// What differed.
+        reason: String,
+    },
     /// No backend is configured or available.
     #[error("no backend available: {0}")]
     NoBackend(String),

@@ -78,6 +78,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
             generation.into_events().into_iter().map(Ok),
         )))
     }
+    /// Why the server cannot take a prompt's images token-exactly (with the proxy's
+    /// expansion of each image's placeholders), or `None` when it can: only vLLM's tokens-in
+    /// route takes token ids with images and says how it expanded them.
+    fn refuses_images(&self) -> Option<&'static str> {
+        Some("only vLLM's tokens-in route (/inference/v1/generate) takes token ids with images")
+    }
     /// Checks that the server answers its health endpoint.
     async fn health(&self) -> Result<(), BackendError>;
     /// What the server reports about itself (model, context window); servers that report

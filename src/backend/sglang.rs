@@ -428,6 +428,7 @@ mod tests {
             session: None,
             adapter: None,
             routed_experts_from: None,
+            images: Default::default(),
         };
         let body = |request: &GenerateRequest, stream| {
             let bytes = SglangBackend::body(request, stream).to_json();

@@ -5,11 +5,12 @@
 //! transformers hands them, so messages are normalised here before rendering (the template
 //! engine itself stays faithful to transformers).
 
+use super::images::{Image, Part};
 use super::wire::WireMessage;
 use crate::template::{TemplateValue, json_value, template_map};
 use serde_json::{Map, Value};
 use std::hash::Hasher;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,9 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// Every other field, passed to the template untouched (`name`, `tool_call_id`, ...).
     pub extra: Map<String, Value>,
+    /// The content in order, when it holds an image (empty otherwise: `content` is all of
+    /// it). `content` is then its text parts joined.
+    pub parts: Vec<Part>,
     derived: Derived,
 }
 
@@ -121,8 +125,17 @@ impl ChatMessage {
             content: Some(content),
             tool_calls: Vec::new(),
             extra: Map::new(),
+            parts: Vec::new(),
             derived: Derived::default(),
         }
+    }
+
+    /// The images the message holds, in order.
+    pub fn images(&self) -> impl Iterator<Item = &Arc<Image>> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Image(image) => Some(image),
+            Part::Text(_) => None,
+        })
     }
 
     /// Validates one message as sent, taking its strings rather than copying them.
@@ -142,13 +155,19 @@ impl ChatMessage {
                 "unknown role '{role_text}' (expected system, developer, user, assistant or tool)"
             ))
         })?;
-        let content = match raw.content {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(Value::Array(parts)) => Some(join_text_parts(&parts).map_err(fail)?),
+        let (content, parts) = match raw.content {
+            None | Some(Value::Null) => (None, Vec::new()),
+            Some(Value::String(s)) => (Some(s), Vec::new()),
+            Some(Value::Array(parts)) => {
+                let parts = content_parts(&parts).map_err(fail)?;
+                if role == Role::Assistant && parts.iter().any(|p| matches!(p, Part::Image(_))) {
+                    return Err(fail("an assistant message cannot hold images".into()));
+                }
+                join_text_parts(parts)
+            }
             Some(_) => {
                 return Err(fail(
-                    "'content' must be a string, null or a list of text parts".into(),
+                    "'content' must be a string, null or a list of content parts".into(),
                 ));
             }
         };
@@ -181,6 +200,7 @@ impl ChatMessage {
             content,
             tool_calls,
             extra,
+            parts,
             derived: Derived::default(),
         })
     }
@@ -202,6 +222,12 @@ impl ChatMessage {
                 field(call.arguments.to_string().as_bytes());
             }
             field(&serde_json::to_vec(&self.extra).unwrap_or_default());
+            for part in &self.parts {
+                match part {
+                    Part::Text(text) => field(text.as_bytes()),
+                    Part::Image(image) => field(image.facts.sha256.as_bytes()),
+                }
+            }
             hasher.finish()
         })
     }
@@ -235,10 +261,11 @@ impl ChatMessage {
     pub fn to_template_value(&self) -> TemplateValue {
         let mut fields: Vec<(&str, TemplateValue)> = Vec::with_capacity(3 + self.extra.len());
         fields.push(("role", TemplateValue::from(self.role_str())));
-        fields.push((
-            "content",
-            TemplateValue::from(self.content.as_deref().unwrap_or_default()),
-        ));
+        let content = match self.parts.is_empty() {
+            true => TemplateValue::from(self.content.as_deref().unwrap_or_default()),
+            false => parts_value(&self.parts),
+        };
+        fields.push(("content", content));
         if !self.tool_calls.is_empty() {
             let calls: Vec<Value> = self
                 .tool_calls
@@ -285,23 +312,68 @@ impl ChatMessage {
     }
 }
 
-fn join_text_parts(parts: &[Value]) -> Result<String, String> {
-    let mut texts = Vec::with_capacity(parts.len());
+/// A list of content parts, read: text parts, and `image_url` parts (`{"url": ...}` or the
+/// URL alone).
+fn content_parts(parts: &[Value]) -> Result<Vec<Part>, String> {
+    let mut read = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
-        match (
-            part.get("type").and_then(Value::as_str),
-            part.get("text").and_then(Value::as_str),
-        ) {
-            (Some("text"), Some(text)) => texts.push(text),
-            (Some(kind), _) if kind != "text" => {
+        let kind = part.get("type").and_then(Value::as_str);
+        read.push(match kind {
+            Some("text") => match part.get("text").and_then(Value::as_str) {
+                Some(text) => Part::Text(text.to_string()),
+                None => return Err(format!("content[{i}]: a text part needs a string 'text'")),
+            },
+            Some("image_url") => {
+                let url = match part.get("image_url") {
+                    Some(Value::String(url)) => Some(url.as_str()),
+                    Some(object) => object.get("url").and_then(Value::as_str),
+                    None => None,
+                };
+                let url = url.ok_or_else(|| {
+                    format!("content[{i}]: an image_url part needs 'image_url.url'")
+                })?;
+                Part::Image(Image::from_url(url).map_err(|e| format!("content[{i}]: {e}"))?)
+            }
+            Some(kind) => {
                 return Err(format!(
-                    "content[{i}]: part type '{kind}' is not supported (text only)"
+                    "content[{i}]: part type '{kind}' is not supported (text and image_url)"
                 ));
             }
-            _ => return Err(format!("content[{i}]: a text part needs a string 'text'")),
-        }
+            None => return Err(format!("content[{i}]: a content part needs a 'type'")),
+        });
     }
-    Ok(texts.join("\n"))
+    Ok(read)
+}
+
+/// The text of `parts` joined by newlines, and the parts themselves when an image is among
+/// them.
+fn join_text_parts(parts: Vec<Part>) -> (Option<String>, Vec<Part>) {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|part| match part {
+            Part::Text(text) => Some(text.as_str()),
+            Part::Image(_) => None,
+        })
+        .collect();
+    let content = texts.join("\n");
+    let has_image = texts.len() < parts.len();
+    (Some(content), if has_image { parts } else { Vec::new() })
+}
+
+/// Content parts as vLLM hands them to a template that reads parts: `{"type": "image"}` and
+/// `{"type": "text", "text": ...}`.
+fn parts_value(parts: &[Part]) -> TemplateValue {
+    let items: Vec<TemplateValue> = parts
+        .iter()
+        .map(|part| match part {
+            Part::Image(_) => template_map(vec![("type", TemplateValue::from("image"))]),
+            Part::Text(text) => template_map(vec![
+                ("type", TemplateValue::from("text")),
+                ("text", TemplateValue::from(text.as_str())),
+            ]),
+        })
+        .collect();
+    TemplateValue::from(items)
 }
 
 fn parse_tool_call(call: &Value) -> Result<ToolCall, String> {
@@ -355,6 +427,8 @@ mod tests {
             json!({"role": "user", "content": 5}),
             json!({"content": "x"}),
             json!({"role": "user", "content": [{"type": "image_url"}]}),
+            json!({"role": "user", "content": [{"type": "input_audio"}]}),
+            json!({"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": super::super::images::tests::png_data_url(2, 2)}}]}),
             json!("hello"),
             json!({"role": "tool", "content": "72F"}),
             json!({"role": "tool", "content": "72F", "tool_call_id": 7}),

@@ -18,7 +18,9 @@ use serde_json::{Map, Value};
 /// (1.0 there; sampled ones as the f64 nearest the stored f32) as JSON members, each after a
 /// comma, straight from the node; and `routed_experts` when the node records them: a base64
 /// `.npy` (uint16; rows × layers × top-k, or rows × ids where the server gave no layers), as
-/// vLLM writes them, one row per position from the first.
+/// vLLM writes them, one row per position from the first; and `images` when the prompt holds
+/// images: each image's run of placeholders (`offset`, `length`), `sha256` (its bytes at
+/// `GET /blobs/{sha256}`), `media_type` and `grid_thw`.
 pub fn write_arrays(out: &mut Vec<u8>, node: &Node, tokens: &[u32]) {
     out.extend_from_slice(b",\"tokens\":");
     let mut array = NumberArray::new(out);
@@ -52,6 +54,11 @@ pub fn write_arrays(out: &mut Vec<u8>, node: &Node, tokens: &[u32]) {
                 .as_bytes(),
         );
         out.push(b'"');
+    }
+    if !node.images().is_empty() {
+        out.extend_from_slice(b",\"images\":");
+        // Plain data: serialising it cannot fail.
+        let _ = serde_json::to_writer(&mut *out, node.images());
     }
 }
 

@@ -162,6 +162,7 @@ impl From<TurnError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "aborted_error", error.to_string())
             }
             TurnError::EmptyPrompt
+            | TurnError::Images(_)
             | TurnError::Constraint(_)
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }
@@ -199,7 +200,9 @@ impl From<BackendError> for ApiError {
                 "upstream_error",
                 format!("the backend refused the proxy's credentials: {message}"),
             ),
-            BackendError::Unsupported { .. } => Self::bad_request(message),
+            BackendError::Unsupported { .. } | BackendError::NoImages { .. } => {
+                Self::bad_request(message)
+            }
             // The backend rejected the request itself (e.g. the prompt exceeds its context).
             BackendError::Status { status, .. }
                 if (400..500).contains(&status) && status != 429 =>
@@ -208,7 +211,8 @@ impl From<BackendError> for ApiError {
             }
             BackendError::Status { .. }
             | BackendError::Unreachable { .. }
-            | BackendError::Protocol { .. } => {
+            | BackendError::Protocol { .. }
+            | BackendError::ImagesDiffer { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
             }
         }

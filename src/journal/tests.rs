@@ -11,6 +11,7 @@ fn turn(node: Option<usize>, seed: u32) -> CommitRecord {
             node,
         }),
         new_prompt: (0..64).map(|i| i + seed).collect(),
+        images: Vec::new(),
         history: Vec::new(),
         next_check: SegmentCheck {
             prefix_len: 1,

@@ -6,7 +6,7 @@
 
 use super::completion::CompletionId;
 use super::ids::{Span, TokenIds};
-use crate::generation::RoutedExperts;
+use crate::generation::{ImageSpan, RoutedExperts};
 use serde::Serialize;
 use std::ops::Range;
 use std::sync::Arc;
@@ -137,6 +137,8 @@ pub struct Node {
     /// The experts each position was routed to, rows from position 0 (sessions that record
     /// them).
     experts: Option<RoutedExperts>,
+    /// The images of the prompt, in order, each with its run of placeholders.
+    images: Vec<ImageSpan>,
 }
 
 impl Node {
@@ -210,6 +212,19 @@ impl Node {
                 self.experts = None;
             }
         }
+    }
+
+    /// Adds the images of a prompt appended at `prompt_start` (their offsets count from it).
+    pub fn push_images(&mut self, images: &[ImageSpan], prompt_start: usize) {
+        self.images.extend(images.iter().map(|image| ImageSpan {
+            offset: image.offset + prompt_start,
+            ..image.clone()
+        }));
+    }
+
+    /// The images of the node's prompts, in order, each with its run of placeholders.
+    pub fn images(&self) -> &[ImageSpan] {
+        &self.images
     }
 
     /// The experts each position was routed to, rows from position 0, when recorded.

@@ -9,7 +9,9 @@ use super::{
     CompletionRecord, ConversationDigest, Divergence, HistoryEntry, IssuedToolCall, Node,
     SegmentCheck, Session, SessionState, TurnRecord,
 };
-use crate::generation::{FinishReason, Generation, RoutedExperts, StopMatch, WeightSpan};
+use crate::generation::{
+    FinishReason, Generation, ImageSpan, RoutedExperts, StopMatch, WeightSpan,
+};
 use std::sync::Arc;
 
 /// Where a turn's prompt started from.
@@ -101,6 +103,8 @@ pub struct CommitRecord {
     pub start: Start,
     /// The prompt after the base node's ids.
     pub new_prompt: Vec<u32>,
+    /// The images `new_prompt` holds, their offsets counted from its start.
+    pub images: Vec<ImageSpan>,
     /// History entries of the completed turns inside the prompt.
     pub history: Vec<HistoryEntry>,
     /// The check for the text before the sampled turn.
@@ -270,6 +274,7 @@ pub fn apply(state: &mut SessionState, record: &CommitRecord) -> Vec<usize> {
         let prompt_start = node.len();
         node.reserve_logprobs(choice.logprobs.len());
         node.push_prompt(&record.new_prompt);
+        node.push_images(&record.images, prompt_start);
         let span = node.push_sampled(&choice.token_ids, &choice.logprobs);
         if let Some(experts) = &choice.routed_experts {
             node.push_experts(experts);

@@ -9,6 +9,8 @@ const BUNDLED: &[(&str, &str)] = &[
     ("chatml", include_str!("../../templates/chatml.jinja")),
     ("hermes", include_str!("../../templates/hermes.jinja")),
     ("gpt_oss", include_str!("../../templates/gpt_oss.jinja")),
+    ("qwen2_vl", include_str!("../../templates/qwen2_vl.jinja")),
+    ("qwen3_vl", include_str!("../../templates/qwen3_vl.jinja")),
 ];
 
 /// Special-token keys of `tokenizer_config.json` that templates read as variables.

@@ -3,6 +3,7 @@
 
 use super::matching::recognisers;
 use super::{Base, ChoiceOutput, Plan};
+use crate::generation::ImageSpan;
 use crate::session::{CommitRecord, RecordedChoice, Start, TurnLabels};
 use crate::tools::DeclaredTools;
 
@@ -45,6 +46,13 @@ impl CommitRecord {
                 },
             },
             new_prompt: plan.prompt_ids[plan.base_len..].to_vec(),
+            images: (plan.images.iter())
+                .filter(|image| image.span.offset >= plan.base_len)
+                .map(|image| ImageSpan {
+                    offset: image.span.offset - plan.base_len,
+                    ..image.span.clone()
+                })
+                .collect(),
             history: plan.history.clone(),
             next_check: plan.next_check.clone(),
             labels: labels.clone(),

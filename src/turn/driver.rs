@@ -144,7 +144,9 @@ impl<'t> Driver<'t> {
         match self.request {
             TurnRequest::Chat(request) => self.pipeline.plan(self.session, state, request, tail),
             TurnRequest::Text(request) => {
-                prepare_text(&self.pipeline.context, state, &request.prompt)
+                let context = &self.pipeline.context;
+                let plan = prepare_text(context, state, &request.prompt)?;
+                super::images::place(context, state, &[], plan)
             }
         }
     }
@@ -175,6 +177,7 @@ impl<'t> Driver<'t> {
             session: Some(self.session.id.to_string().into()),
             adapter: self.session.options.adapter.clone(),
             routed_experts_from: routed_experts_from(self.session, plan),
+            images: plan.images.clone(),
         };
         if one_request {
             return vec![each];

@@ -30,6 +30,7 @@ mod commit;
 mod driver;
 mod events;
 pub(crate) mod gate;
+mod images;
 mod matching;
 mod nudge;
 mod pipeline;
@@ -92,6 +93,9 @@ pub enum TurnError {
     /// What the request requires of the reply cannot be enforced.
     #[error(transparent)]
     Constraint(#[from] crate::grammar::GrammarError),
+    /// The conversation's images cannot be placed in the prompt ([`images`]).
+    #[error("{0}")]
+    Images(String),
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
@@ -143,6 +147,7 @@ impl TurnError {
             Self::Aborted => "aborted",
             Self::EmptyPrompt | Self::UnknownToken { .. } => "bad_prompt",
             Self::Constraint(_) => "constraint",
+            Self::Images(_) => "images",
             Self::Journal(_) => "journal",
             Self::SessionFull { .. } => "session_full",
             Self::PromptTooLong { .. } => "prompt_too_long",
@@ -177,6 +182,9 @@ pub struct TurnContext {
     /// off with `--full-render`). Turned off for good when a check against a full render
     /// disagrees.
     tail_renders: Arc<std::sync::atomic::AtomicU8>,
+    /// How the model takes images, when it does ([`crate::vision`]): a conversation with an
+    /// image is refused for a model without.
+    pub vision: Option<crate::vision::VisionModel>,
 }
 
 /// [`TurnContext::tail_renders`]'s states.
@@ -214,7 +222,13 @@ impl TurnContext {
             placeholders: Placeholders::new(),
             generation_prompts: Default::default(),
             tail_renders: Arc::new(TAIL_UNDECIDED.into()),
+            vision: None,
         }
+    }
+
+    /// The same pieces for a model that takes images as `vision` says.
+    pub fn with_vision(self, vision: Option<crate::vision::VisionModel>) -> Self {
+        Self { vision, ..self }
     }
 
     /// Whether turns may render only the end of their conversation.

@@ -56,6 +56,13 @@ impl Planner<'_> {
     /// A tail-only render that disagrees with the full one is counted and reported on the
     /// plan ([`Plan::tail_render_disagreed`]); the caller decides what follows.
     pub fn prepare(&self, tail: TailRender) -> Result<Plan, TurnError> {
+        let plan = self.prepare_text(tail)?;
+        let images = super::images::of_request(self.request);
+        super::images::place(self.ctx, self.state, &images, plan)
+    }
+
+    /// [`Planner::prepare`]'s prompt with one placeholder for each image, as rendered.
+    fn prepare_text(&self, tail: TailRender) -> Result<Plan, TurnError> {
         let (ctx, request, mode) = (self.ctx, self.request, self.history);
         let matching::Matched {
             completions: matched,
@@ -290,6 +297,7 @@ impl Planner<'_> {
             conversation: None,
             echoed_calls: Vec::new(),
             tail_render_disagreed: false,
+            images: Default::default(),
         })
     }
 

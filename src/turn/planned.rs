@@ -5,6 +5,7 @@
 use super::TurnContext;
 use super::segments::exact_check;
 use crate::chat::ChatRequest;
+use crate::generation::PromptImage;
 use crate::metrics::Metrics;
 use crate::session::{
     CompletionId, ConversationDigest, Divergence, HistoryEntry, HistoryMode, SegmentCheck,
@@ -80,6 +81,9 @@ pub struct Plan {
     /// A tail-only render of this turn disagreed with the full render this plan was built
     /// from: the template's text after a turn depends on more than the conversation's end.
     pub tail_render_disagreed: bool,
+    /// The prompt's images, each with its run of placeholders in `prompt_ids`
+    /// ([`super::images`]); shared with the backend requests.
+    pub images: Arc<[PromptImage]>,
 }
 
 /// A chat template's output, each sampled turn in it a placeholder (`sampled` lists them in

@@ -81,6 +81,7 @@ pub fn plan(
         conversation: None,
         echoed_calls: Vec::new(),
         tail_render_disagreed: false,
+        images: Default::default(),
     }))
 }
 

@@ -95,6 +95,7 @@ pub(super) fn template_mode_plan(
                 conversation: None,
                 echoed_calls: Vec::new(),
                 tail_render_disagreed: false,
+                images: Default::default(),
             });
         }
         let at = node_text
@@ -122,6 +123,7 @@ pub(super) fn template_mode_plan(
         conversation: None,
         echoed_calls: Vec::new(),
         tail_render_disagreed: false,
+        images: Default::default(),
     })
 }
 
@@ -155,5 +157,6 @@ pub(super) fn faithful_fallback(
         conversation: None,
         echoed_calls: Vec::new(),
         tail_render_disagreed: false,
+        images: Default::default(),
     })
 }

@@ -92,5 +92,6 @@ pub fn prepare_text(
         conversation: None,
         echoed_calls: Vec::new(),
         tail_render_disagreed: false,
+        images: Default::default(),
     })
 }

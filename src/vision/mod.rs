@@ -6,9 +6,11 @@
 //! ([`probe`]), and turns that size into the processor's patch grid ([`PatchGrid`], the
 //! `smart_resize` of the Qwen-VL processors).
 
+mod model;
 mod probe;
 mod resize;
 
+pub use model::{IMAGE_PAD, VisionModel, patch_grid};
 pub use probe::probe;
 pub use resize::{GridThw, MAX_ASPECT_RATIO, PatchGrid};
 
@@ -61,6 +63,9 @@ pub enum VisionError {
         /// Long side over short side.
         ratio: f64,
     },
+    /// A model's `preprocessor_config.json` that cannot be used.
+    #[error("the image processor's config is invalid: {0}")]
+    Config(String),
     /// An image with no pixels, or one no grid fits.
     #[error("the image is {width}x{height}: no patch grid fits it")]
     Empty {

@@ -20,6 +20,7 @@ pub fn synthetic_turn(
         new_prompt: (0..prompt as u32)
             .map(|i| (i * 7 + seed) % 150_000)
             .collect(),
+        images: Vec::new(),
         history: Vec::new(),
         next_check: SegmentCheck {
             prefix_len: 40,

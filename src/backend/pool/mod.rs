@@ -254,6 +254,7 @@ impl Pool {
     ) -> Result<(Vec<Generation>, Arc<str>), BackendError> {
         let (generations, lease) = self
             .with_failover(route, |member| async move {
+                takes_images(&member, request)?;
                 member.client.generate(request).await
             })
             .await?;
@@ -276,6 +277,7 @@ impl Pool {
     ) -> Result<(EventStream, Arc<str>), BackendError> {
         let (events, lease) = self
             .with_failover(route, |member| async move {
+                takes_images(&member, request)?;
                 member.client.generate_stream(request).await
             })
             .await?;
@@ -515,6 +517,17 @@ struct Queued<'a>(&'a AtomicUsize);
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Refuses a prompt with images on a backend that cannot take them token-exactly.
+fn takes_images(member: &Member, request: &GenerateRequest) -> Result<(), BackendError> {
+    match (request.images.is_empty(), member.client.refuses_images()) {
+        (false, Some(reason)) => Err(BackendError::NoImages {
+            url: member.base_url().to_string(),
+            reason,
+        }),
+        _ => Ok(()),
     }
 }
 

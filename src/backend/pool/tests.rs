@@ -81,6 +81,7 @@ fn request(n: u32) -> GenerateRequest {
         session: None,
         adapter: None,
         routed_experts_from: None,
+        images: Default::default(),
     }
 }
 

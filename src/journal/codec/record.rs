@@ -4,12 +4,16 @@
 //! written before each still reads.
 
 use super::{Corrupt, Reader, Writer, intern};
-use crate::generation::{FinishReason, RoutedExperts, StopMatch, WeightSpan};
+use crate::generation::{FinishReason, ImageSpan, RoutedExperts, StopMatch, WeightSpan};
 use crate::session::replies::TurnKey;
 use crate::session::{Api, ConversationDigest, EchoChange, EchoKey, Start, TurnLabels};
 use crate::session::{CommitRecord, Divergence, HistoryEntry, IssuedToolCall, RecordedChoice};
 use crate::tools::ToolFormat;
 use std::sync::Arc;
+
+/// The conversation count written when a record has no conversation digest but a section
+/// after it follows.
+const NO_CONVERSATION: u32 = u32::MAX;
 
 impl Writer<'_> {
     /// A committed turn.
@@ -103,7 +107,8 @@ impl Writer<'_> {
             })
             .collect();
         // Each section is written when it or any section after it has something to say.
-        let with_conversation = record.conversation.is_some();
+        let with_images = !record.images.is_empty();
+        let with_conversation = with_images || record.conversation.is_some();
         let with_experts =
             with_conversation || record.choices.iter().any(|c| c.routed_experts.is_some());
         let with_spans = with_experts || record.choices.iter().any(|c| !c.weight_spans.is_empty());
@@ -167,10 +172,26 @@ impl Writer<'_> {
                 }
             }
         }
-        // After the experts, so records written before the digest was journaled read.
-        if let Some(conversation) = record.conversation {
+        // After the experts, so records written before the digest was journaled read; a
+        // count of u32::MAX stands for none when images follow.
+        if with_conversation {
+            let conversation = record.conversation.unwrap_or(ConversationDigest {
+                messages: NO_CONVERSATION as usize,
+                digest: 0,
+            });
             self.u32(conversation.messages as u32);
             self.u64(conversation.digest);
+        }
+        // After the digest, so records written before images were taken read.
+        if with_images {
+            self.u32(record.images.len() as u32);
+            for image in &record.images {
+                self.str(&image.sha256);
+                self.str(&image.media_type);
+                self.u32(image.offset as u32);
+                self.u32(image.length as u32);
+                image.grid_thw.iter().for_each(|&n| self.u32(n));
+            }
         }
     }
 }
@@ -292,14 +313,35 @@ impl Reader<'_> {
         }
         let conversation = match self.bytes.is_empty() {
             true => None,
-            false => Some(ConversationDigest {
-                messages: self.u32()? as usize,
-                digest: self.u64()?,
-            }),
+            false => {
+                let messages = self.u32()?;
+                let digest = self.u64()?;
+                (messages != NO_CONVERSATION).then_some(ConversationDigest {
+                    messages: messages as usize,
+                    digest,
+                })
+            }
         };
+        let mut images = Vec::new();
+        if !self.bytes.is_empty() {
+            for _ in 0..self.len(32)? {
+                let image = ImageSpan {
+                    sha256: self.string()?.into(),
+                    media_type: self.string()?.into(),
+                    offset: self.u32()? as usize,
+                    length: self.u32()? as usize,
+                    grid_thw: [self.u32()?, self.u32()?, self.u32()?],
+                };
+                if image.offset + image.length > new_prompt.len() {
+                    return Err(Corrupt("image span"));
+                }
+                images.push(image);
+            }
+        }
         Ok(CommitRecord {
             start,
             new_prompt,
+            images,
             history,
             next_check,
             labels: TurnLabels {

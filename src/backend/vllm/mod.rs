@@ -14,7 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
+mod images;
+
 const GENERATE_PATH: &str = "/inference/v1/generate";
+/// Why images cannot go to a server whose tokens-in route is off.
+const NO_GENERATE_ROUTE: &str =
+    "its tokens-in route (/inference/v1/generate) is off: start vLLM with --enable-scale-out";
 const COMPLETIONS_PATH: &str = "/v1/completions";
 
 /// Which vLLM endpoint a server offers.
@@ -94,6 +99,21 @@ impl VllmBackend {
         refused
     }
 
+    /// Refuses images where the endpoint cannot take them.
+    fn images_allowed(
+        &self,
+        endpoint: Endpoint,
+        request: &GenerateRequest,
+    ) -> Result<(), BackendError> {
+        match endpoint == Endpoint::Completions && !request.images.is_empty() {
+            true => Err(BackendError::NoImages {
+                url: self.http.base_url.clone(),
+                reason: NO_GENERATE_ROUTE,
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// The model requests name.
     async fn model_name(&self) -> String {
         self.model.name(&self.http, &self.root).await
@@ -147,7 +167,8 @@ impl VllmBackend {
         IdsBody::new("prompt", &request.prompt, body)
     }
 
-    fn generate_body(request: &GenerateRequest) -> IdsBody<'_> {
+    /// The tokens-in body; `ids` are the prompt as sent ([`images::collapsed`]).
+    fn generate_body<'r>(request: &GenerateRequest, ids: &'r [u32]) -> IdsBody<'r> {
         let mut sampling = json!({
             "n": request.n,
             "logprobs": request.params.top_logprobs.unwrap_or(0),
@@ -162,7 +183,12 @@ impl VllmBackend {
         if let Some(adapter) = &request.adapter {
             rest["model"] = json!(adapter);
         }
-        IdsBody::new("token_ids", &request.prompt, rest)
+        if !request.images.is_empty() {
+            rest["content_parts"] = images::content_parts(request);
+            // The expanded prompt comes back, to be checked against the proxy's.
+            rest["return_token_ids"] = json!(true);
+        }
+        IdsBody::new("token_ids", ids, rest)
     }
 
     /// A `/v1/completions` choice (legacy logprobs: parallel arrays, `token_id:N` keys).
@@ -288,19 +314,21 @@ impl Backend for VllmBackend {
         &self.http.base_url
     }
 
+    fn refuses_images(&self) -> Option<&'static str> {
+        None
+    }
+
     async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generation>, BackendError> {
         let mut endpoint = self.endpoint().await;
         let session = request.session.as_deref();
+        let ids = images::collapsed(request);
         let reply: Value = loop {
+            self.images_allowed(endpoint, request)?;
             let sent = match endpoint {
                 Endpoint::Generate => {
+                    let body = Self::generate_body(request, &ids);
                     self.http
-                        .post(
-                            &self.root,
-                            GENERATE_PATH,
-                            &Self::generate_body(request),
-                            session,
-                        )
+                        .post(&self.root, GENERATE_PATH, &body, session)
                         .await
                 }
                 Endpoint::Completions => {
@@ -317,6 +345,9 @@ impl Backend for VllmBackend {
                 sent => break sent?,
             }
         };
+        if !request.images.is_empty() {
+            images::check(&self.http.base_url, request, &reply)?;
+        }
         let mut choices = reply["choices"]
             .as_array()
             .ok_or_else(|| self.http.protocol("reply has no choices"))?
@@ -356,9 +387,11 @@ impl Backend for VllmBackend {
     ) -> Result<EventStream, BackendError> {
         let mut endpoint = self.endpoint().await;
         let session = request.session.as_deref();
+        let ids = images::collapsed(request);
         let bytes = loop {
+            self.images_allowed(endpoint, request)?;
             let (path, mut body) = match endpoint {
-                Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request)),
+                Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request, &ids)),
                 Endpoint::Completions => (
                     COMPLETIONS_PATH,
                     Self::completions_body(&self.model_name_for(request).await, request),
@@ -381,7 +414,12 @@ impl Backend for VllmBackend {
         let experts_from = request.routed_experts_from;
         // Prompt and sample so far: the finishing chunk's routed experts cover them.
         let mut tokens = request.prompt.len();
+        // The first chunk reports the expanded prompt; checked before any token is passed on.
+        let mut unchecked = (!request.images.is_empty()).then(|| request.clone());
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
+            if let Some(request) = unchecked.take() {
+                images::check(&http.base_url, &request, &chunk)?;
+            }
             // A usage-only chunk has no choices.
             let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
                 return Ok(Vec::new());
@@ -493,6 +531,7 @@ mod tests {
             session: None,
             adapter: None,
             routed_experts_from: None,
+            images: Default::default(),
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -506,8 +545,10 @@ mod tests {
             "unset fields keep the server default"
         );
         assert_eq!(body["return_token_ids"], true);
-        let generate: Value =
-            serde_json::from_slice(&VllmBackend::generate_body(&request).to_json()).unwrap();
+        let generate: Value = serde_json::from_slice(
+            &VllmBackend::generate_body(&request, &request.prompt).to_json(),
+        )
+        .unwrap();
         assert_eq!(generate["token_ids"], json!([1, 2]));
         assert_eq!(generate["sampling_params"]["max_tokens"], 8);
         assert_eq!(generate["sampling_params"]["n"], 2);
@@ -526,6 +567,7 @@ mod tests {
             session: None,
             adapter: None,
             routed_experts_from: None,
+            images: Default::default(),
         };
         let body: Value =
             serde_json::from_slice(&VllmBackend::completions_body("m", &request).to_json())
@@ -535,8 +577,10 @@ mod tests {
             json!({"grammar": "root ::= \"a\""})
         );
         request.params.constraint = Some(Constraint::JsonSchema(json!({"type": "object"})));
-        let generate: Value =
-            serde_json::from_slice(&VllmBackend::generate_body(&request).to_json()).unwrap();
+        let generate: Value = serde_json::from_slice(
+            &VllmBackend::generate_body(&request, &request.prompt).to_json(),
+        )
+        .unwrap();
         assert_eq!(
             generate["sampling_params"]["structured_outputs"],
             json!({"json": {"type": "object"}})

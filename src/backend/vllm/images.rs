@@ -1,0 +1,142 @@
+//! Images on vLLM's tokens-in route (`/inference/v1/generate`). The proxy records each image
+//! as the run of placeholders the model's processor makes of it; vLLM takes the prompt with
+//! one placeholder per image plus the image itself (a `content_parts` entry) and expands the
+//! placeholder again. Ids sent already expanded would be expanded a second time, silently, so
+//! each run is collapsed before sending, and the prompt vLLM reports back must be the proxy's
+//! own, run for run, or nothing is recorded.
+
+use crate::backend::BackendError;
+use crate::generation::GenerateRequest;
+use base64::Engine;
+use serde_json::{Value, json};
+use std::borrow::Cow;
+
+/// The prompt as sent: each image's run collapsed to its first placeholder.
+pub(super) fn collapsed(request: &GenerateRequest) -> Cow<'_, [u32]> {
+    if request.images.is_empty() {
+        return Cow::Borrowed(&request.prompt);
+    }
+    let prompt = &request.prompt;
+    let mut ids = Vec::with_capacity(prompt.len());
+    let mut at = 0;
+    for image in request.images.iter() {
+        let span = &image.span;
+        ids.extend_from_slice(&prompt[at..=span.offset]);
+        at = span.offset + span.length;
+    }
+    ids.extend_from_slice(&prompt[at..]);
+    Cow::Owned(ids)
+}
+
+/// The images as vLLM's `content_parts`: each a data URL, with its hash as the `uuid` vLLM
+/// caches the processed image under.
+pub(super) fn content_parts(request: &GenerateRequest) -> Value {
+    let parts: Vec<Value> = (request.images.iter())
+        .map(|image| {
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+            json!({
+                "type": "image_url",
+                "url": format!("data:{};base64,{data}", image.span.media_type),
+                "uuid": image.span.sha256,
+            })
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+/// Checks the prompt vLLM reports (`prompt_token_ids`, `mm_placeholders`) against the one the
+/// proxy planned: the same ids, each image's run where the proxy put it.
+pub(super) fn check(
+    url: &str,
+    request: &GenerateRequest,
+    reply: &Value,
+) -> Result<(), BackendError> {
+    let differ = |reason: String| BackendError::ImagesDiffer {
+        url: url.to_string(),
+        reason,
+    };
+    let ids: Vec<u32> = serde_json::from_value(reply["prompt_token_ids"].clone())
+        .map_err(|_| differ("the reply has no prompt_token_ids".into()))?;
+    if ids != *request.prompt {
+        let at = ids
+            .iter()
+            .zip(request.prompt.iter())
+            .position(|(a, b)| a != b)
+            .unwrap_or(ids.len().min(request.prompt.len()));
+        return Err(differ(format!(
+            "its prompt has {} ids, the proxy's {}, first differing at position {at}",
+            ids.len(),
+            request.prompt.len()
+        )));
+    }
+    let placed = reply["mm_placeholders"]["image"].as_array();
+    let runs: Vec<(u64, u64)> = placed
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["offset"].as_u64().unwrap_or(u64::MAX),
+                p["length"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let planned: Vec<(u64, u64)> = (request.images.iter())
+        .map(|image| (image.span.offset as u64, image.span.length as u64))
+        .collect();
+    if runs != planned {
+        return Err(differ(format!(
+            "its image placeholders are {runs:?} (offset, length), the proxy's {planned:?}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generation::{ImageSpan, PromptImage};
+    use std::sync::Arc;
+
+    fn request() -> GenerateRequest {
+        let image = |offset, length| PromptImage {
+            span: ImageSpan {
+                sha256: "ab".into(),
+                media_type: "image/png".into(),
+                offset,
+                length,
+                grid_thw: [1, 2, 2],
+            },
+            bytes: Arc::from(&b"png"[..]),
+        };
+        GenerateRequest {
+            prompt: Arc::new(vec![1, 9, 9, 9, 2, 9, 9, 3]),
+            params: Default::default(),
+            n: 1,
+            session: None,
+            adapter: None,
+            routed_experts_from: None,
+            images: vec![image(1, 3), image(5, 2)].into(),
+        }
+    }
+
+    #[test]
+    fn runs_are_collapsed_and_checked() {
+        let request = request();
+        assert_eq!(*collapsed(&request), [1, 9, 2, 9, 3]);
+        assert_eq!(
+            content_parts(&request)[0],
+            json!({"type": "image_url", "url": "data:image/png;base64,cG5n", "uuid": "ab"})
+        );
+        let good = json!({"prompt_token_ids": [1, 9, 9, 9, 2, 9, 9, 3],
+            "mm_placeholders": {"image": [{"offset": 1, "length": 3}, {"offset": 5, "length": 2}]}});
+        assert!(check("u", &request, &good).is_ok());
+        let twice = json!({"prompt_token_ids": [1, 9, 9, 9, 9, 2, 9, 9, 3],
+            "mm_placeholders": {"image": [{"offset": 1, "length": 4}, {"offset": 6, "length": 2}]}});
+        let error = check("u", &request, &twice).unwrap_err().to_string();
+        assert!(error.contains("first differing at position 4"), "{error}");
+        let moved = json!({"prompt_token_ids": [1, 9, 9, 9, 2, 9, 9, 3],
+            "mm_placeholders": {"image": [{"offset": 1, "length": 3}]}});
+        assert!(check("u", &request, &moved).is_err());
+        assert!(check("u", &request, &json!({})).is_err());
+    }
+}

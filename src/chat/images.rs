@@ -1,0 +1,97 @@
+//! Images in messages: the content parts that hold one (OpenAI's `image_url`, and what the
+//! other APIs' adapters turn their image blocks into), read and checked as they arrive.
+
+use crate::vision::{self, ImageFacts};
+use base64::Engine;
+use std::sync::Arc;
+
+/// Most images one conversation may hold. vLLM caps images per prompt too
+/// (`--limit-mm-per-prompt`); a conversation over this is refused before anything is read.
+pub const MAX_IMAGES: usize = 64;
+
+/// An image a message holds: its bytes, and what the proxy read of them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Image {
+    /// Format, size after EXIF orientation, and the bytes' SHA-256.
+    pub facts: ImageFacts,
+    /// The bytes as sent (the inference server decodes them; the node records their hash).
+    pub bytes: Arc<[u8]>,
+}
+
+/// One piece of a message's content, in order, for a message that holds images.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// Text.
+    Text(String),
+    /// An image.
+    Image(Arc<Image>),
+}
+
+impl Image {
+    /// The image `bytes` hold, checked: a readable format, within vLLM's pixel limit.
+    pub fn read(bytes: Vec<u8>) -> Result<Arc<Self>, String> {
+        let facts =
+            vision::probe(&bytes, vision::VLLM_MAX_IMAGE_PIXELS).map_err(|e| e.to_string())?;
+        Ok(Arc::new(Self {
+            facts,
+            bytes: bytes.into(),
+        }))
+    }
+
+    /// The image of a `data:` URL (`data:image/png;base64,...`). Other URLs are refused here:
+    /// the adapters fetch `http(s)` URLs before a message is read.
+    pub fn from_url(url: &str) -> Result<Arc<Self>, String> {
+        let Some(rest) = url.strip_prefix("data:") else {
+            let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+            return Err(match scheme {
+                "http" | "https" => "image URLs are not fetched: send the image as a data URL \
+                                     (data:image/png;base64,...)"
+                    .into(),
+                _ => "an image URL must be a data: URL (data:image/png;base64,...)".into(),
+            });
+        };
+        let Some((header, data)) = rest.split_once(',') else {
+            return Err("a data: URL needs a ',' before its data".into());
+        };
+        if !header.ends_with(";base64") {
+            return Err("an image data: URL must be base64 (data:image/png;base64,...)".into());
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| format!("the data: URL's base64 is invalid: {e}"))?;
+        Self::read(bytes)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn png_data_url(width: u32, height: u32) -> String {
+        let mut out = Vec::new();
+        image::RgbImage::new(width, height)
+            .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+            .unwrap();
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(out)
+        )
+    }
+
+    #[test]
+    fn reads_data_urls() {
+        let image = Image::from_url(&png_data_url(30, 20)).unwrap();
+        assert_eq!((image.facts.width, image.facts.height), (30, 20));
+        for (url, why) in [
+            ("https://example.test/a.png", "not fetched"),
+            ("file:///etc/passwd", "must be a data: URL"),
+            ("data:image/png,abc", "must be base64"),
+            ("data:image/png;base64", "needs a ','"),
+            ("data:image/png;base64,@@@", "base64 is invalid"),
+            ("data:image/png;base64,aGVsbG8=", "cannot be decoded"),
+        ] {
+            let error = Image::from_url(url).unwrap_err();
+            assert!(error.contains(why), "{url}: {error}");
+        }
+    }
+}

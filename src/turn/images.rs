@@ -1,0 +1,125 @@
+//! A prompt's images: each image's single `<|image_pad|>` as the template and tokenizer wrote
+//! it becomes the run of placeholders the model's processor makes of that image
+//! ([`crate::vision`]), so the node holds the ids the model sees; each run is recorded with
+//! the image's hash and patch grid.
+//!
+//! A node extended by the turn already holds its images' runs: they must be the
+//! conversation's first images, and the new part of the prompt must hold one placeholder for
+//! each image after them. Anything else (a placeholder the client typed, one the model
+//! sampled, an image the template left out) is refused: a run that does not stand for its
+//! image would train the model on the wrong pixels.
+
+use super::{Plan, TurnContext, TurnError};
+use crate::chat::{ChatRequest, Image, MAX_IMAGES};
+use crate::generation::{ImageSpan, PromptImage};
+use crate::session::SessionState;
+use std::sync::Arc;
+
+/// The conversation's images, in order.
+pub(super) fn of_request(request: &ChatRequest) -> Vec<&Arc<Image>> {
+    request.messages.iter().flat_map(|m| m.images()).collect()
+}
+
+/// `plan` with its images placed: every new placeholder expanded to its image's run, the runs
+/// recorded on the plan. `images` are the conversation's, in order.
+pub(super) fn place(
+    ctx: &TurnContext,
+    state: &SessionState,
+    images: &[&Arc<Image>],
+    mut plan: Plan,
+) -> Result<Plan, TurnError> {
+    let refuse = |reason: String| Err(TurnError::Images(reason));
+    let Some(vision) = &ctx.vision else {
+        return match images.is_empty() {
+            true => Ok(plan),
+            false => refuse("this model takes no images (its folder has no preprocessor_config.json, or its vocabulary no <|image_pad|>)".into()),
+        };
+    };
+    if images.len() > MAX_IMAGES {
+        return refuse(format!(
+            "the conversation holds {} images; at most {MAX_IMAGES} are taken",
+            images.len()
+        ));
+    }
+    let pad = vision.image_pad;
+    let base: &[ImageSpan] = match plan.base {
+        super::Base::Extend { node } => state.nodes[node].images(),
+        super::Base::New { .. } => &[],
+    };
+    let same = base.len() <= images.len()
+        && base
+            .iter()
+            .zip(images)
+            .all(|(span, image)| *span.sha256 == image.facts.sha256);
+    if !same {
+        return refuse(
+            "the node this turn extends holds images the request does not send (an image of \
+             an earlier message was changed or left out); start a new session for another \
+             conversation"
+                .into(),
+        );
+    }
+    let new_ids = &plan.prompt_ids[plan.base_len..];
+    let placeholders = new_ids.iter().filter(|&&id| id == pad).count();
+    let new_images = &images[base.len()..];
+    if placeholders != new_images.len() {
+        return refuse(format!(
+            "the prompt holds {placeholders} new <|image_pad|> placeholders for {} new \
+             images: each image must be rendered once by the template, and the text must \
+             not hold the placeholder itself",
+            new_images.len()
+        ));
+    }
+    let mut placed: Vec<PromptImage> = base
+        .iter()
+        .zip(images)
+        .map(|(span, image)| PromptImage {
+            span: span.clone(),
+            bytes: image.bytes.clone(),
+        })
+        .collect();
+    let mut grids = Vec::with_capacity(new_images.len());
+    for image in new_images {
+        let grid = (vision.grid)
+            .grid(image.facts.width, image.facts.height)
+            .map_err(|e| TurnError::Images(e.to_string()))?;
+        grids.push(grid);
+    }
+    let mut ids = Vec::with_capacity(plan.prompt_ids.len() + 1024);
+    ids.extend_from_slice(&plan.prompt_ids[..plan.base_len]);
+    let mut next = new_images.iter().zip(&grids);
+    for &id in new_ids {
+        if id != pad {
+            ids.push(id);
+            continue;
+        }
+        let (image, grid) = next
+            .next()
+            .expect("one image per placeholder, counted above");
+        let length = grid.tokens(vision.grid.merge_size);
+        placed.push(PromptImage {
+            span: ImageSpan {
+                sha256: image.facts.sha256.as_str().into(),
+                media_type: image.facts.media_type.into(),
+                offset: ids.len(),
+                length,
+                grid_thw: grid.0,
+            },
+            bytes: image.bytes.clone(),
+        });
+        ids.resize(ids.len() + length, pad);
+    }
+    let runs: usize = placed.iter().map(|image| image.span.length).sum();
+    if ids.iter().filter(|&&id| id == pad).count() != runs {
+        return refuse(
+            "the prompt holds an <|image_pad|> outside the runs of its images (one the model \
+             sampled in an earlier turn)"
+                .into(),
+        );
+    }
+    if !new_images.is_empty() {
+        plan.prompt_ids = Arc::new(ids);
+    }
+    plan.images = placed.into();
+    Ok(plan)
+}
