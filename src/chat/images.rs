@@ -67,15 +67,18 @@ impl Image {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn png_data_url(width: u32, height: u32) -> String {
+    /// A black PNG, base64.
+    pub(crate) fn png_base64(width: u32, height: u32) -> String {
         let mut out = Vec::new();
         image::RgbImage::new(width, height)
             .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
             .unwrap();
-        format!(
-            "data:image/png;base64,{}",
-            base64::engine::general_purpose::STANDARD.encode(out)
-        )
+        base64::engine::general_purpose::STANDARD.encode(out)
+    }
+
+    /// A black PNG as a data: URL.
+    pub(crate) fn png_data_url(width: u32, height: u32) -> String {
+        format!("data:image/png;base64,{}", png_base64(width, height))
     }
 
     #[test]

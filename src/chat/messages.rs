@@ -130,6 +130,17 @@ impl ChatMessage {
         }
     }
 
+    /// A message of `role` with text and images in order (other APIs' adapters build the
+    /// conversation so): its content is the text parts joined by newlines.
+    pub fn with_parts(role: Role, parts: Vec<Part>) -> Self {
+        let (content, parts) = join_text_parts(parts);
+        Self {
+            content,
+            parts,
+            ..Self::text(role, String::new())
+        }
+    }
+
     /// The images the message holds, in order.
     pub fn images(&self) -> impl Iterator<Item = &Arc<Image>> {
         self.parts.iter().filter_map(|part| match part {

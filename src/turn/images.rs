@@ -20,8 +20,29 @@ pub(super) fn of_request(request: &ChatRequest) -> Vec<&Arc<Image>> {
     request.messages.iter().flat_map(|m| m.images()).collect()
 }
 
+/// Refuses images the model does not take, before anything is rendered.
+pub(super) fn taken(ctx: &TurnContext, images: &[&Arc<Image>]) -> Result<(), TurnError> {
+    if images.is_empty() {
+        return Ok(());
+    }
+    if ctx.vision.is_none() {
+        return Err(TurnError::Images(
+            "this model takes no images (its folder has no preprocessor_config.json, or its \
+             vocabulary no <|image_pad|>)"
+                .into(),
+        ));
+    }
+    if images.len() > MAX_IMAGES {
+        return Err(TurnError::Images(format!(
+            "the conversation holds {} images; at most {MAX_IMAGES} are taken",
+            images.len()
+        )));
+    }
+    Ok(())
+}
+
 /// `plan` with its images placed: every new placeholder expanded to its image's run, the runs
-/// recorded on the plan. `images` are the conversation's, in order.
+/// recorded on the plan. `images` are the conversation's, in order, already [`taken`].
 pub(super) fn place(
     ctx: &TurnContext,
     state: &SessionState,
@@ -30,17 +51,8 @@ pub(super) fn place(
 ) -> Result<Plan, TurnError> {
     let refuse = |reason: String| Err(TurnError::Images(reason));
     let Some(vision) = &ctx.vision else {
-        return match images.is_empty() {
-            true => Ok(plan),
-            false => refuse("this model takes no images (its folder has no preprocessor_config.json, or its vocabulary no <|image_pad|>)".into()),
-        };
+        return Ok(plan);
     };
-    if images.len() > MAX_IMAGES {
-        return refuse(format!(
-            "the conversation holds {} images; at most {MAX_IMAGES} are taken",
-            images.len()
-        ));
-    }
     let pad = vision.image_pad;
     let base: &[ImageSpan] = match plan.base {
         super::Base::Extend { node } => state.nodes[node].images(),

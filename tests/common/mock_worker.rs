@@ -127,6 +127,8 @@ struct Shared {
     model_card: Option<(String, u32)>,
     /// Added to every id `POST /tokenize` gives (a server with another tokenizer).
     tokenize_shift: u32,
+    /// How many placeholders each image of a tokens-in request expands to ([`super::mm`]).
+    image_runs: Vec<usize>,
 }
 
 /// Chooses the sample for a request's prompt ids.
@@ -209,6 +211,12 @@ impl MockWorker {
     /// Lists `id` in `GET /v1/models` with `max_model_len`, and answers `POST /tokenize`.
     pub fn serve_model(&self, id: &str, max_model_len: u32) {
         self.shared.lock().unwrap().model_card = Some((id.to_string(), max_model_len));
+    }
+
+    /// Expands each image of a tokens-in request to this many placeholders, in order, as vLLM
+    /// would for the model's processor ([`super::mm`]).
+    pub fn expand_images(&self, runs: Vec<usize>) {
+        self.shared.lock().unwrap().image_runs = runs;
     }
 
     /// Adds `by` to every id `POST /tokenize` answers (a server with another tokenizer).
@@ -354,6 +362,12 @@ async fn handle(
             }
         }
     };
+    let mut body = body.0;
+    if let Some((prompt, placed)) = super::mm::expand(&body, &shared.lock().unwrap().image_runs) {
+        // Read back by the replies below, as vLLM reports the prompt it expanded.
+        body["prompt_token_ids"] = json!(prompt);
+        body["mm_placeholders"] = placed;
+    }
     if body["stream"] == true {
         let streamed = match &reply {
             Some(Reply::Samples(samples)) => Some((&samples[0], None)),
@@ -463,6 +477,14 @@ fn stream_reply(
 ) -> HttpResponse {
     let delay = shared.lock().unwrap().token_delay_ms;
     let mut chunks = stream_chunks(sample, wire);
+    // vLLM's first chunk reports the prompt it expanded.
+    if let Some(first) = chunks
+        .first_mut()
+        .filter(|_| !body["prompt_token_ids"].is_null())
+    {
+        first["prompt_token_ids"] = body["prompt_token_ids"].clone();
+        first["mm_placeholders"] = body["mm_placeholders"].clone();
+    }
     if let Some(last) = chunks.last_mut() {
         super::routing::attach_to_chunk(last, body, wire, sample);
     }
@@ -496,7 +518,7 @@ fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
     let mut reply = match wire {
         Wire::Sglang => sglang_reply(body, samples),
         Wire::Vllm | Wire::VllmScaleOutOff => vllm_reply(body, samples),
-        Wire::VllmGenerate => vllm_generate_reply(samples),
+        Wire::VllmGenerate => vllm_generate_reply(samples, body),
         Wire::OpenAiText => openai_text_reply(samples),
     };
     super::routing::attach(&mut reply, body, wire, samples);
@@ -580,7 +602,7 @@ fn vllm_generate_choice(
         "logprobs": {"content": content}})
 }
 
-fn vllm_generate_reply(samples: &[Sample]) -> Value {
+fn vllm_generate_reply(samples: &[Sample], body: &Value) -> Value {
     let choices: Vec<Value> = samples
         .iter()
         .enumerate()
@@ -588,9 +610,10 @@ fn vllm_generate_reply(samples: &[Sample]) -> Value {
         .collect();
     json!({"request_id": "generate-tokens-mock", "model": "tiny",
         "usage": {"prompt_tokens": 1, "total_tokens": 1, "completion_tokens": 0},
-        "prompt_logprobs": null, "prompt_token_id_logprobs": null, "prompt_token_ids": null,
-        "mm_placeholders": null, "metrics": null, "kv_transfer_params": null,
-        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices})
+        "prompt_logprobs": null, "prompt_token_id_logprobs": null,
+        "metrics": null, "kv_transfer_params": null,
+        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices,
+        "prompt_token_ids": body["prompt_token_ids"], "mm_placeholders": body["mm_placeholders"]})
 }
 
 fn openai_text_reply(samples: &[Sample]) -> Value {

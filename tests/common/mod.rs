@@ -34,7 +34,9 @@ pub fn fixture_model(name: &str) -> PathBuf {
 
 pub mod client;
 pub mod fleet;
+pub mod images;
 pub mod llama;
+pub mod mm;
 pub mod mock_worker;
 pub mod redis;
 pub mod routing;

@@ -15,6 +15,12 @@ pub fn installed() -> (PathBuf, PathBuf) {
     (paths[0].clone(), paths[1].clone())
 }
 
+/// The folder of the tiny vision-language models (`qwen2-vl`, `qwen2.5-vl`, `qwen3-vl`).
+pub fn vision_models() -> PathBuf {
+    let names = ["VLLM_PYTHON", "VLLM_MODEL", "VLLM_VL_MODELS"];
+    super::installed("install-vllm.sh", &names)[2].clone()
+}
+
 /// A running vLLM server, stopped (with its engine process) when dropped.
 pub struct VllmServer {
     pub port: u16,
@@ -28,7 +34,12 @@ impl VllmServer {
     /// routes (`/pause`, `/weight_info`, ...) on, and waits until it serves (a cold start
     /// compiles the model: about a minute on 2 cores).
     pub fn start(args: &[&str]) -> Self {
-        let (python, model) = installed();
+        Self::start_model(installed().1, args)
+    }
+
+    /// [`VllmServer::start`] serving the model in folder `model`.
+    pub fn start_model(model: PathBuf, args: &[&str]) -> Self {
+        let (python, _) = installed();
         let port = super::free_port();
         // One folder per server: the tests of a file start theirs at once, and a scratch
         // folder is emptied when made.

@@ -418,7 +418,7 @@ impl Backend for VllmBackend {
         let mut unchecked = (!request.images.is_empty()).then(|| request.clone());
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
             if let Some(request) = unchecked.take() {
-                images::check(&http.base_url, &request, &chunk)?;
+                images::check(&http.base_url, &request, chunk)?;
             }
             // A usage-only chunk has no choices.
             let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {

@@ -7,7 +7,7 @@
 
 use super::wire::{Block, Content, Turn, Turns};
 use crate::chat::{
-    CallRules, ChatMessage, ChatRequest, ResponseFormat, Role, ToolCall, ToolChoice,
+    CallRules, ChatMessage, ChatRequest, Image, Part, ResponseFormat, Role, ToolCall, ToolChoice,
 };
 use crate::generation::SamplingParams;
 use crate::http::ApiError;
@@ -16,6 +16,7 @@ use crate::http::error::BadRequest;
 use crate::session::Api;
 use crate::session::Session;
 use crate::tools::{DeclaredTools, ToolDialect};
+use base64::Engine;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -293,6 +294,57 @@ fn block_text(at: At, block: Block) -> Result<String, BadRequest> {
         .ok_or_else(|| invalid(format!("{at}: a text block needs a string 'text'")))
 }
 
+/// An `image` block's image: its `source` is base64 data (`media_type` must be the format
+/// the data holds, as Anthropic requires) or a URL.
+fn image_of(at: At, block: &Block) -> Result<Arc<Image>, BadRequest> {
+    let source = block.source.as_ref();
+    let field = |name: &str| source.and_then(|s| s.get(name)).and_then(Value::as_str);
+    let image = match field("type") {
+        Some("base64") => {
+            let data = field("data")
+                .ok_or_else(|| invalid(format!("{at}.source.data: Field required")))?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| invalid(format!("{at}.source.data: invalid base64: {e}")))?;
+            let image = Image::read(bytes).map_err(|e| invalid(format!("{at}: {e}")))?;
+            let declared = field("media_type");
+            if declared != Some(image.facts.media_type) {
+                return Err(invalid(format!(
+                    "{at}.source.media_type: the image is {}, not {}",
+                    image.facts.media_type,
+                    declared.unwrap_or("(none)")
+                )));
+            }
+            image
+        }
+        Some("url") => {
+            let url =
+                field("url").ok_or_else(|| invalid(format!("{at}.source.url: Field required")))?;
+            Image::from_url(url).map_err(|e| invalid(format!("{at}.source: {e}")))?
+        }
+        _ => {
+            return Err(invalid(format!(
+                "{at}.source.type: must be 'base64' or 'url'"
+            )));
+        }
+    };
+    Ok(image)
+}
+
+/// The text and images of a string or of a list of text and image blocks, in order.
+fn parts_of(content: Content, at: At) -> Result<Vec<Part>, BadRequest> {
+    let mut parts = Vec::new();
+    for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
+        let at = At::Block(&at, j);
+        match kind.as_str() {
+            "text" => parts.push(Part::Text(block_text(at, block)?)),
+            "image" => parts.push(Part::Image(image_of(at, &block)?)),
+            other => return Err(unsupported(at, other)),
+        }
+    }
+    Ok(parts)
+}
+
 /// The text of a string or of a list of text blocks, joined by newlines.
 fn text_of(content: Content, at: At) -> Result<String, BadRequest> {
     let mut texts = Vec::new();
@@ -307,26 +359,29 @@ fn text_of(content: Content, at: At) -> Result<String, BadRequest> {
 
 fn unsupported(at: At, kind: &str) -> BadRequest {
     match kind {
-        "image" | "document" => invalid(format!(
-            "{at}: {kind} blocks are not supported: this proxy serves text-only models"
+        "image" => invalid(format!("{at}: image blocks are not taken here")),
+        "document" => invalid(format!(
+            "{at}: document blocks are not supported: send their text or their pages as images"
         )),
         other => invalid(format!("{at}: block type '{other}' is not supported here")),
     }
 }
 
-/// A user turn: its `tool_result` blocks as tool messages, then its text as a user message.
+/// A user turn: its `tool_result` blocks as tool messages, then its text and images as a
+/// user message.
 fn read_user(at: At, content: Content, out: &mut Vec<ChatMessage>) -> Result<(), BadRequest> {
-    let mut texts = Vec::new();
+    let mut parts = Vec::new();
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
         let at = At::Block(&at, j);
         match kind.as_str() {
-            "text" => texts.push(block_text(at, block)?),
+            "text" => parts.push(Part::Text(block_text(at, block)?)),
+            "image" => parts.push(Part::Image(image_of(at, &block)?)),
             "tool_result" => out.push(tool_result(at, block)?),
             other => return Err(unsupported(at, other)),
         }
     }
-    if !texts.is_empty() {
-        out.push(ChatMessage::text(Role::User, texts.join("\n")));
+    if !parts.is_empty() {
+        out.push(ChatMessage::with_parts(Role::User, parts));
     }
     Ok(())
 }
@@ -336,11 +391,11 @@ fn tool_result(at: At, block: Block) -> Result<ChatMessage, BadRequest> {
     let id = block
         .tool_use_id
         .ok_or_else(|| invalid(format!("{at}.tool_use_id: Field required")))?;
-    let content = match block.content {
-        None | Some(Content::Null) => String::new(),
-        Some(content) => text_of(content, At::Content(&at))?,
+    let parts = match block.content {
+        None | Some(Content::Null) => Vec::new(),
+        Some(content) => parts_of(content, At::Content(&at))?,
     };
-    let mut result = ChatMessage::text(Role::Tool, content);
+    let mut result = ChatMessage::with_parts(Role::Tool, parts);
     result.extra.insert("tool_call_id".into(), id.into());
     if block.is_error == Some(true) {
         result.extra.insert("is_error".into(), true.into());
@@ -520,8 +575,24 @@ mod tests {
             (
                 json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
                     {"type": "text", "text": "look"},
-                    {"type": "image", "source": {"type": "url", "url": "http://x"}}]}]}),
-                "messages[0].content[1]: image blocks are not supported",
+                    {"type": "image", "source": {"type": "url", "url": "ftp://x"}}]}]}),
+                "messages[0].content[1].source: an image URL must be a data: URL",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                        "data": crate::chat::images::tests::png_base64(4, 4)}}]}]}),
+                "messages[0].content[0].source.media_type: the image is image/png, not image/jpeg",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="}}]}]}),
+                "messages[0].content[0]: the image cannot be decoded",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}),
+                "messages[0].content[0].source.type: must be 'base64' or 'url'",
             ),
             (
                 json!({"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "maybe"}}),
@@ -555,8 +626,8 @@ mod tests {
             ),
             (
                 json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}]}]}),
-                "messages[0].content[0].content.content[0]: image blocks are not supported",
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "document"}]}]}]}),
+                "messages[0].content[0].content.content[0]: document blocks are not supported",
             ),
             (
                 json!({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "hi"}]}),

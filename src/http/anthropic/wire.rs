@@ -62,6 +62,8 @@ pub struct Block {
     pub content: Option<Content>,
     /// `is_error` (a tool result).
     pub is_error: Option<bool>,
+    /// `source` (an image).
+    pub source: Option<Value>,
 }
 
 deserialize_by_shape!(Turns, Turn, Content, Block, Scalar, TurnKey, BlockKey);
@@ -168,6 +170,7 @@ enum BlockKey {
     ToolUseId,
     Content,
     IsError,
+    Source,
     Other,
 }
 
@@ -186,6 +189,7 @@ impl FromShape for BlockKey {
             "tool_use_id" => BlockKey::ToolUseId,
             "content" => BlockKey::Content,
             "is_error" => BlockKey::IsError,
+            "source" => BlockKey::Source,
             _ => BlockKey::Other,
         }
     }
@@ -214,6 +218,7 @@ impl FromShape for Block {
                         _ => None,
                     }
                 }
+                BlockKey::Source => block.source = Some(map.next_value()?),
                 BlockKey::Other => drop(map.next_value::<IgnoredAny>()?),
             }
         }

@@ -4,7 +4,7 @@
 //! become one assistant message, `function_call_output` the template's tool message, and
 //! `system`/`developer` messages join `instructions` in the system prompt.
 
-use crate::chat::{ChatMessage, Role, ToolCall};
+use crate::chat::{ChatMessage, Image, Part, Role, ToolCall};
 use crate::http::error::BadRequest;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -115,6 +115,8 @@ struct WirePart {
     #[serde(rename = "type")]
     kind: Option<Value>,
     text: Option<Value>,
+    /// An `input_image`'s URL.
+    image_url: Option<Value>,
 }
 
 impl<'a> Item<'a> {
@@ -193,8 +195,8 @@ impl Conversation {
                     .as_ref()
                     .and_then(Value::as_str)
                     .ok_or_else(|| invalid(format!("{at}.call_id: must be a string")))?;
-                let output = text_of(at, "output", item.output.as_deref())?;
-                let mut result = ChatMessage::text(Role::Tool, output);
+                let output = parts_of(at, "output", item.output.as_deref())?;
+                let mut result = ChatMessage::with_parts(Role::Tool, output);
                 result.extra.insert("tool_call_id".into(), id.into());
                 self.messages.push(Arc::new(result));
                 Ok(())
@@ -217,14 +219,18 @@ impl Conversation {
 
     fn message(&mut self, at: At, item: &WireItem) -> Result<(), BadRequest> {
         let role = item.role.as_ref().and_then(Value::as_str).unwrap_or("user");
-        let text = text_of(at, "content", item.content.as_deref())?;
+        let content = item.content.as_deref();
         match role {
-            "assistant" => self.turn.get_or_insert_default().texts.push(text),
-            "system" | "developer" => self.system.push(text),
+            "assistant" => {
+                let text = text_of(at, "content", content)?;
+                self.turn.get_or_insert_default().texts.push(text)
+            }
+            "system" | "developer" => self.system.push(text_of(at, "content", content)?),
             "user" => {
+                let parts = parts_of(at, "content", content)?;
                 self.end_turn();
                 self.messages
-                    .push(Arc::new(ChatMessage::text(Role::User, text)));
+                    .push(Arc::new(ChatMessage::with_parts(Role::User, parts)));
             }
             other => {
                 return Err(invalid(format!(
@@ -312,28 +318,58 @@ impl std::fmt::Display for At {
     }
 }
 
-/// The text of item `at`'s `field`: a string, or content parts (`input_text`, `output_text`,
-/// `text`) joined by newlines.
-fn text_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<String, BadRequest> {
+/// The text and images of item `at`'s `field`: a string, or content parts (`input_text`,
+/// `output_text`, `text`, and `input_image` with an `image_url`), in order.
+fn parts_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<Vec<Part>, BadRequest> {
     let not_text = || invalid(format!("{at}.{field}: must be a string or parts"));
     let raw = raw.ok_or_else(not_text)?;
     if raw.get().starts_with('"') {
-        return serde_json::from_str(raw.get()).map_err(|_| not_text());
+        let text = serde_json::from_str(raw.get()).map_err(|_| not_text())?;
+        return Ok(vec![Part::Text(text)]);
     }
     let parts: Vec<WirePart> = serde_json::from_str(raw.get()).map_err(|_| not_text())?;
-    let mut texts = Vec::with_capacity(parts.len());
-    for (j, part) in parts.iter().enumerate() {
+    let mut read = Vec::with_capacity(parts.len());
+    for (j, part) in parts.into_iter().enumerate() {
         let kind = part.kind.as_ref().and_then(Value::as_str).unwrap_or("?");
         match (kind, part.text.as_ref().and_then(Value::as_str)) {
-            ("input_text" | "output_text" | "text", Some(text)) => texts.push(text),
-            ("input_image" | "input_file" | "input_audio", _) => {
+            ("input_text" | "output_text" | "text", Some(text)) => {
+                read.push(Part::Text(text.to_string()))
+            }
+            ("input_image", _) => {
+                let url = part.image_url.as_ref().and_then(Value::as_str).ok_or_else(|| {
+                    invalid(format!(
+                        "{at}.{field}[{j}].image_url: an input_image needs its image as a data: URL (file_id is not supported)"
+                    ))
+                })?;
+                let image =
+                    Image::from_url(url).map_err(|e| invalid(format!("{at}.{field}[{j}]: {e}")))?;
+                read.push(Part::Image(image));
+            }
+            ("input_file" | "input_audio", _) => {
                 return Err(invalid(format!(
-                    "{at}.{field}[{j}]: {kind} parts are not supported: this proxy serves text-only models"
+                    "{at}.{field}[{j}]: {kind} parts are not supported: send text or images"
                 )));
             }
             (kind, _) => {
                 return Err(invalid(format!(
                     "{at}.{field}[{j}]: part type '{kind}' is not supported"
+                )));
+            }
+        }
+    }
+    Ok(read)
+}
+
+/// The text of item `at`'s `field` ([`parts_of`] without images) joined by newlines.
+fn text_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<String, BadRequest> {
+    let parts = parts_of(at, field, raw)?;
+    let mut texts = Vec::with_capacity(parts.len());
+    for part in &parts {
+        match part {
+            Part::Text(text) => texts.push(text.as_str()),
+            Part::Image(_) => {
+                return Err(invalid(format!(
+                    "{at}.{field}: only user messages and tool outputs hold images"
                 )));
             }
         }

@@ -400,7 +400,16 @@ mod tests {
             (json!({"input": []}), "input: at least one item"),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
-                "input[0].content[0]: input_image parts are not supported",
+                "input[0].content[0]: an image URL must be a data: URL",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}),
+                "input[0].content[0].image_url: an input_image needs its image as a data: URL",
+            ),
+            (
+                json!({"input": [{"role": "assistant", "content": [{"type": "input_image",
+                    "image_url": crate::chat::images::tests::png_data_url(2, 2)}]}]}),
+                "input[0].content: only user messages and tool outputs hold images",
             ),
             (
                 json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}),

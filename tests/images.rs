@@ -1,0 +1,316 @@
+//! Images in sessions against a scripted vLLM tokens-in route (`tests/common/mm.rs` expands
+//! images as vLLM does): what is sent (each image's run collapsed to one placeholder, the image
+//! as a `content_parts` data URL named by its hash), what the node records, and every refusal:
+//! a server that expands otherwise, images it cannot take, bad images over each API — each
+//! answered in the API's error shape, with nothing recorded.
+//! `tests/vllm_vision.rs` runs the same against a real vLLM.
+
+mod common;
+
+use common::images::{base64, data_url, png, qwen2_vl_dir, turned_jpeg};
+use common::mm::IMAGE_PAD;
+use common::mock_worker::{Sample, Wire};
+use common::{Proxy, assert_node_shape, assert_openai_error};
+use serde_json::{Value, json};
+
+const IM_END: u32 = 151645;
+/// Placeholders of a 100x60 image for Qwen2-VL: its grid is 1x4x8 patches, merged 2x2.
+const RUN: usize = 8;
+
+fn proxy(wire: Wire) -> Proxy {
+    Proxy::start(qwen2_vl_dir(), None, wire)
+}
+
+fn user(text: &str, url: &str) -> Value {
+    json!({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]})
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    serde_json::from_value(value.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn an_image_rollout_is_one_node_with_its_runs() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN, RUN]);
+    let uuid = proxy.session(json!({})).await;
+    let first = png(100, 60, 1);
+    let second = turned_jpeg(100, 60, 2);
+    let mut messages = vec![user("What is it?", &data_url(&first, "image/png"))];
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{reply}");
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(user("And this?", &data_url(&second, "image/jpeg")));
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, _, events) = proxy
+        .chat_stream(&uuid, json!({"messages": messages, "stream": true}))
+        .await;
+    assert_eq!(status, 200, "{events:?}");
+
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let node = &nodes[0];
+    assert_node_shape(node);
+    let images = node["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    let tokens = ids(&node["tokens"]);
+    for (image, (bytes, grid)) in images
+        .iter()
+        .zip([(&first, [1, 4, 8]), (&second, [1, 8, 4])])
+    {
+        assert_eq!(image["grid_thw"], json!(grid));
+        assert_eq!(image["length"], RUN);
+        let digest = sha256(bytes);
+        assert_eq!(image["sha256"], digest);
+        let offset = image["offset"].as_u64().unwrap() as usize;
+        assert!(tokens[offset..offset + RUN].iter().all(|&t| t == IMAGE_PAD));
+        assert_eq!(tokens[offset - 1], 151652, "after <|vision_start|>");
+        assert_eq!(tokens[offset + RUN], 151653, "before <|vision_end|>");
+    }
+
+    // What vLLM was sent: one placeholder per image, the images by data URL and hash.
+    let requests = proxy.worker.requests();
+    let last = requests.last().unwrap();
+    let sent = ids(&last["token_ids"]);
+    assert_eq!(sent.iter().filter(|&&t| t == IMAGE_PAD).count(), 2);
+    assert_eq!(
+        sent.len(),
+        tokens.len() - 2 - 2 * (RUN - 1),
+        "the node's prompt, collapsed"
+    );
+    let parts = last["content_parts"].as_array().unwrap();
+    assert_eq!(parts[0]["uuid"], images[0]["sha256"]);
+    assert_eq!(parts[0]["url"], data_url(&first, "image/png"));
+    assert_eq!(parts[1]["url"], data_url(&second, "image/jpeg"));
+    assert_eq!(last["return_token_ids"], true);
+    assert!(requests[0].get("content_parts").is_some());
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_server_that_expands_otherwise_records_nothing() {
+    let proxy = proxy(Wire::VllmGenerate);
+    // One placeholder more than the processor makes: the prompt is not the node's.
+    proxy.worker.expand_images(vec![RUN + 1]);
+    let uuid = proxy.session(json!({})).await;
+    let messages = vec![user(
+        "What is it?",
+        &data_url(&png(100, 60, 1), "image/png"),
+    )];
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 502, "{reply}");
+    assert_openai_error(&reply);
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("placed the prompt's images otherwise"),
+        "{message}"
+    );
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, raw, _) = proxy
+        .chat_stream(&uuid, json!({"messages": messages, "stream": true}))
+        .await;
+    assert!(status != 200 || raw.contains("otherwise"), "{status} {raw}");
+    assert!(proxy.nodes(&uuid).await.is_empty());
+}
+
+#[tokio::test]
+async fn servers_that_cannot_take_images_refuse_them() {
+    for (wire, why) in [
+        (Wire::Sglang, "only vLLM's tokens-in route"),
+        (Wire::VllmScaleOutOff, "--enable-scale-out"),
+    ] {
+        let proxy = proxy(wire);
+        let uuid = proxy.session(json!({})).await;
+        let messages = vec![user("What is it?", &data_url(&png(10, 10, 1), "image/png"))];
+        let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+        assert_eq!(status, 400, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+        assert!(proxy.nodes(&uuid).await.is_empty());
+    }
+    // A model without an image processor takes no images.
+    let text_only = Proxy::start(common::fixture_model("qwen3"), None, Wire::VllmGenerate);
+    let uuid = text_only.session(json!({})).await;
+    let messages = vec![user("What is it?", &data_url(&png(10, 10, 1), "image/png"))];
+    let (status, reply) = text_only.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("takes no images"), "{message}");
+}
+
+/// A PNG header claiming `width × height` pixels (no pixel data follows).
+fn png_header(width: u32, height: u32) -> Vec<u8> {
+    let mut chunk = b"IHDR".to_vec();
+    chunk.extend_from_slice(&width.to_be_bytes());
+    chunk.extend_from_slice(&height.to_be_bytes());
+    chunk.extend_from_slice(&[8, 2, 0, 0, 0]);
+    let mut out = b"\x89PNG\r\n\x1a\n\0\0\0\x0d".to_vec();
+    out.extend_from_slice(&chunk);
+    out.extend_from_slice(&crc32(&chunk).to_be_bytes());
+    // An empty IDAT and the IEND: the header is read up to the first IDAT.
+    for kind in [&b"IDAT"[..], b"IEND"] {
+        out.extend_from_slice(&[0, 0, 0, 0]);
+        out.extend_from_slice(kind);
+        out.extend_from_slice(&crc32(kind).to_be_bytes());
+    }
+    out
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[tokio::test]
+async fn bad_images_are_refused_in_each_apis_shape() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN; 70]);
+    let uuid = proxy.session(json!({})).await;
+    let tiny = data_url(&png(4, 4, 1), "image/png");
+    let many: Vec<Value> = (0..65)
+        .map(|_| json!({"type": "image_url", "image_url": {"url": tiny}}))
+        .collect();
+    let cases = [
+        (
+            user("x", "data:image/png;base64,aGVsbG8="),
+            "cannot be decoded",
+        ),
+        (
+            user("x", &data_url(b"II*\0\x08\0\0\0", "image/tiff")),
+            "format Tiff is not supported",
+        ),
+        (
+            user("x", &data_url(&png_header(20_000, 10_000), "image/png")),
+            "over the limit of 178956970 pixels",
+        ),
+        (
+            user("x", &data_url(&png(201, 1, 1), "image/png")),
+            "aspect ratio 201.0 is over 200",
+        ),
+        (
+            user("x", "https://example.test/cat.png"),
+            "image URLs are not fetched",
+        ),
+        (
+            json!({"role": "user", "content": many}),
+            "at most 64 are taken",
+        ),
+        (
+            json!({"role": "user", "content": [{"type": "text", "text": "<|image_pad|>"}]}),
+            "must not hold the placeholder",
+        ),
+        (
+            json!({"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": tiny}}]}),
+            "assistant message cannot hold images",
+        ),
+    ];
+    for (message, why) in cases {
+        proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+        let (status, reply) = proxy.chat(&uuid, json!({"messages": [message]})).await;
+        assert_eq!(status, 400, "{why}: {reply}");
+        assert_openai_error(&reply);
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{why}: {message}");
+    }
+    let bad = base64(b"hello");
+    let (status, reply) = proxy
+        .post(&format!("/{uuid}/v1/messages"), json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": bad}}]}]}))
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["type"], "error");
+    assert_eq!(reply["error"]["type"], "invalid_request_error");
+    let (status, reply) = proxy
+        .post(
+            &format!("/{uuid}/v1/responses"),
+            json!({"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/png;base64,aGVsbG8="}]}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    assert_openai_error(&reply);
+    assert!(proxy.nodes(&uuid).await.is_empty(), "nothing recorded");
+}
+
+#[tokio::test]
+async fn a_sampled_placeholder_is_refused_before_it_reaches_the_server() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN]);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = vec![user(
+        "What is it?",
+        &data_url(&png(100, 60, 1), "image/png"),
+    )];
+    // The model writes a placeholder of its own.
+    proxy
+        .worker
+        .push_sample(Sample::stop(vec![9707, IMAGE_PAD, IM_END]));
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{reply}");
+    let before = proxy.nodes(&uuid).await;
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "Go on."}));
+    let sent = proxy.worker.requests().len();
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("outside the runs of its images"),
+        "{message}"
+    );
+    assert_eq!(proxy.worker.requests().len(), sent, "nothing sent");
+    assert_eq!(proxy.nodes(&uuid).await, before, "nothing recorded");
+}
+
+#[tokio::test]
+async fn messages_and_responses_send_images_too() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN]);
+    let image = png(100, 60, 3);
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy
+        .post(&format!("/{uuid}/v1/messages"), json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(&image)}},
+            {"type": "text", "text": "What is it?"}]}]}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let uuid2 = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy
+        .post(
+            &format!("/{uuid2}/v1/responses"),
+            json!({"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(&image, "image/png")},
+            {"type": "input_text", "text": "What is it?"}]}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let a = proxy.nodes(&uuid).await;
+    let b = proxy.nodes(&uuid2).await;
+    assert_eq!(
+        a[0]["images"], b[0]["images"],
+        "the same image, placed alike"
+    );
+    assert_eq!(a[0]["tokens"], b[0]["tokens"]);
+}
