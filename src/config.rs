@@ -121,6 +121,9 @@ pub enum ConfigError {
     /// The model's image processor config cannot be used.
     #[error(transparent)]
     Vision(#[from] crate::vision::VisionError),
+    /// The folder of images in `--data-dir` cannot be made.
+    #[error("cannot keep images in {0}")]
+    Blobs(String),
     /// Sessions can be kept in one place only.
     #[error("--data-dir and --store both keep sessions: give one")]
     TwoSessionLogs,
@@ -245,6 +248,11 @@ impl Settings {
             }
             (None, None) => None,
         };
+        let blobs = Arc::new(match &self.data_dir {
+            Some(dir) => crate::session::Blobs::on_disk(dir.join("blobs"))
+                .map_err(|e| ConfigError::Blobs(format!("{}: {e}", dir.join("blobs").display())))?,
+            None => crate::session::Blobs::default(),
+        });
         let engine = embedded.map(Arc::new);
         // A tokenizer that cannot encode the probe leaves the servers unchecked, not the
         // proxy unstarted.
@@ -298,6 +306,7 @@ impl Settings {
                 gate: Default::default(),
                 metrics,
                 model_name: model_name.as_str().into(),
+                blobs,
             },
             sessions,
             journal: journal.clone(),

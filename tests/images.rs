@@ -9,7 +9,7 @@ mod common;
 
 use common::images::{base64, data_url, png, qwen2_vl_dir, turned_jpeg};
 use common::mm::IMAGE_PAD;
-use common::mock_worker::{Sample, Wire};
+use common::mock_worker::{MockWorker, Sample, Wire};
 use common::{Proxy, assert_node_shape, assert_openai_error};
 use serde_json::{Value, json};
 
@@ -313,4 +313,78 @@ async fn messages_and_responses_send_images_too() {
         "the same image, placed alike"
     );
     assert_eq!(a[0]["tokens"], b[0]["tokens"]);
+}
+
+#[tokio::test]
+async fn images_outlive_kill_9_and_go_with_their_last_session() {
+    let dir = common::scratch_dir("images-durability");
+    let worker = MockWorker::start(Wire::VllmGenerate);
+    worker.expand_images(vec![RUN]);
+    let port = common::free_port();
+    let serve = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"));
+        command
+            .args(["serve", "--port", &port.to_string(), "--workers", "1"])
+            .arg("--tokenizer")
+            .arg(qwen2_vl_dir())
+            .args(["--backend", &worker.url, "--backend-type", "vllm"])
+            .arg("--data-dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null());
+        common::KillOnDrop(command.spawn().unwrap())
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let mut server = serve();
+    common::wait_for_health(&http, &base).await;
+    let client = common::client::Client::on(port);
+    let uuid = client.session().await;
+    let bytes = png(100, 60, 7);
+    worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let messages = vec![user("What is it?", &data_url(&bytes, "image/png"))];
+    client
+        .post(
+            &format!("/{uuid}/v1/chat/completions"),
+            json!({"messages": messages}),
+        )
+        .await;
+    let (_, before) = client.nodes_text(&uuid).await;
+    let digest = sha256(&bytes);
+    assert!(dir.join("blobs").join(&digest).is_file());
+
+    drop(server); // SIGKILL
+    server = serve();
+    common::wait_for_health(&http, &base).await;
+    assert_eq!(
+        client.nodes_text(&uuid).await,
+        (200, before),
+        "byte-identical nodes"
+    );
+    for path in [
+        format!("/blobs/{digest}"),
+        format!("/{uuid}/blobs/{digest}"),
+    ] {
+        let reply = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(reply.status(), 200, "{path}");
+        assert_eq!(reply.headers()["content-type"], "image/png");
+        assert_eq!(reply.bytes().await.unwrap(), bytes);
+    }
+    let other = client.session().await;
+    let (status, _) = client.get_json(&format!("/{other}/blobs/{digest}")).await;
+    assert_eq!(status, 404, "a session fetches only its own images");
+    let (status, _) = client.get_json("/blobs/..%2Fjournal").await;
+    assert!(status == 400 || status == 404, "{status}");
+
+    client.delete_session(&uuid).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while dir.join("blobs").join(&digest).exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        !dir.join("blobs").join(&digest).exists(),
+        "dropped with its last session"
+    );
+    let (status, _) = client.get_json(&format!("/blobs/{digest}")).await;
+    assert_eq!(status, 404);
+    drop(server);
 }

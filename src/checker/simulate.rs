@@ -102,6 +102,7 @@ fn run_turns(
         gate: Default::default(),
         metrics: Default::default(),
         model_name: "check-template".into(),
+        blobs: Default::default(),
     };
     let session = SessionStore::default()
         .create(SessionOptions {

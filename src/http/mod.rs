@@ -10,6 +10,7 @@
 mod admin;
 mod anthropic;
 pub(crate) mod auth;
+mod blobs;
 mod body;
 mod control;
 pub mod drain;
@@ -29,6 +30,7 @@ pub use error::ApiError;
 use crate::session::{Session, SessionStore};
 use crate::turn::Pipeline;
 use actix_web::{App, HttpServer, web};
+use std::collections::HashSet;
 use std::net::TcpListener;
 use std::sync::Arc;
 
@@ -278,7 +280,39 @@ async fn release_freed_memory(state: Arc<AppState>) {
                     tracing::error!(%error, "journal compaction failed");
                 }
             }
+            sweep_images(&state).await;
         }
+    }
+}
+
+/// Drops the kept images no session holds any more. A locked session may be adding one: the
+/// sweep then waits for the next tick. A fleet's replica keeps every image it took (another
+/// replica's sessions may hold it).
+async fn sweep_images(state: &AppState) {
+    if state.fleet.is_some() {
+        return;
+    }
+    let blobs = state.pipeline.blobs.clone();
+    blobs.begin_sweep();
+    let mut referenced: HashSet<Arc<str>> = HashSet::new();
+    for session in state.sessions.list() {
+        let Ok(held) = session.state.try_lock() else {
+            state.freed.note();
+            return;
+        };
+        for node in &held.nodes {
+            referenced.extend(node.images().iter().map(|image| image.sha256.clone()));
+        }
+    }
+    let swept = tokio::task::spawn_blocking(move || {
+        let referenced: HashSet<&str> = referenced.iter().map(|sha| &**sha).collect();
+        blobs.sweep(&referenced)
+    });
+    match swept.await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(dropped)) => tracing::info!(dropped, "images no session holds were dropped"),
+        Ok(Err(error)) => tracing::error!(%error, "dropping unheld images failed"),
+        Err(error) => tracing::error!(%error, "dropping unheld images failed"),
     }
 }
 

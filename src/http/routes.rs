@@ -4,7 +4,7 @@
 //! route added without one does not build; each route's guard (see [`super::guard`]) then
 //! decides on the route that matched, never on the request's raw path.
 
-use super::{admin, anthropic, control, export, openai, responses, sessions, viewer};
+use super::{admin, anthropic, blobs, control, export, openai, responses, sessions, viewer};
 use actix_web::{FromRequest, Handler, Responder, web};
 
 /// Who may call a route.
@@ -187,6 +187,7 @@ pub fn table() -> Vec<Route> {
         ),
         Route::new(Get, "/{uuid}/nodes", Client, sessions::nodes),
         Route::new(Get, "/{uuid}/divergences", Client, sessions::divergences),
+        Route::new(Get, "/{uuid}/blobs/{sha256}", Client, blobs::session_blob),
         Route::new(Get, "/{uuid}/view", Client, viewer::view),
         Route::new(Post, "/{uuid}/reward", Client, sessions::reward),
         Route::new(Post, "/{uuid}/abort", Client, control::abort),
@@ -207,6 +208,7 @@ pub fn table() -> Vec<Route> {
         Route::new(Post, "/setup", Operator, admin::setup),
         Route::new(Post, "/sessions/create", Client, sessions::create),
         Route::new(Get, "/sessions", Operator, sessions::list),
+        Route::new(Get, "/blobs/{sha256}", Operator, blobs::blob),
         // `delete=true` removes what it hands out.
         Route::new(Get, "/export", Operator, export::export).changes_state(),
         Route::new(Post, "/pause", Operator, control::pause),

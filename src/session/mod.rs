@@ -4,6 +4,7 @@
 //! concurrent calls never interleave their node updates; a turn that fails changes nothing
 //! because state is only written after the backend answered.
 
+pub mod blobs;
 pub(crate) mod completion;
 pub(crate) mod divergences;
 mod ids;
@@ -14,6 +15,7 @@ pub(crate) mod replies;
 pub(crate) mod responses;
 mod reward;
 
+pub use blobs::Blobs;
 pub use completion::{
     CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall,
     message_fingerprint,

@@ -386,7 +386,9 @@ impl<'t> Driver<'t> {
         let mut record =
             CommitRecord::new(plan, &output.choices, &labels, track_tree, request.tools());
         record.key = request.key().cloned();
-        let nodes = self.pipeline.write(session, state, record).await?;
+        let nodes = (self.pipeline)
+            .write(session, state, record, &plan.images)
+            .await?;
         let metrics = &self.pipeline.metrics;
         if let TurnRequest::Chat(_) = request {
             let format = session.options.tool_parser.name();

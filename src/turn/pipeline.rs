@@ -7,7 +7,7 @@ use super::{
 };
 use crate::backend::Pool;
 use crate::chat::ChatRequest;
-use crate::generation::SamplingParams;
+use crate::generation::{PromptImage, SamplingParams};
 use crate::metrics::{Metrics, Stage, TurnTokens};
 use crate::reasoning::ReasoningSyntax;
 use crate::session::{Api, CommitRecord, LockedSession, Session, SessionLog, SessionState, Start};
@@ -39,6 +39,8 @@ pub struct Pipeline {
     pub metrics: Arc<Metrics>,
     /// The served model's name, as replies and turn spans carry it.
     pub model_name: Arc<str>,
+    /// Where the images of recorded turns are kept (by hash), for trainers to fetch.
+    pub blobs: Arc<crate::session::Blobs>,
 }
 
 /// Counts a turn as under way while it lives.
@@ -235,13 +237,15 @@ impl Pipeline {
         Ok(plan)
     }
 
-    /// Journals `record` (when there is a journal), then applies it. A choice whose backend
-    /// reported no weight version gets the one the trainer announced.
+    /// Keeps the record's new images (`images` are the prompt's, with their bytes), journals
+    /// `record` (when there is a journal), then applies it. A choice whose backend reported no
+    /// weight version gets the one the trainer announced.
     pub(super) async fn write(
         &self,
         session: &Session,
         state: &mut SessionState,
         mut record: CommitRecord,
+        images: &[PromptImage],
     ) -> Result<Vec<usize>, TurnError> {
         let _timed = self.metrics.timed(Stage::Commit);
         if let Some(announced) = self.gate.weight_version() {
@@ -252,12 +256,45 @@ impl Pipeline {
             }
         }
         self.count(state, &record);
+        self.keep_images(&record, images).await?;
         if let Some(log) = &self.log {
             log.committed(session.id, &record)
                 .await
                 .map_err(|e| TurnError::Journal(e.0))?;
         }
         Ok(session.apply(state, &record))
+    }
+
+    /// Keeps the bytes of each image `record` adds, before the record is journaled.
+    async fn keep_images(
+        &self,
+        record: &CommitRecord,
+        images: &[PromptImage],
+    ) -> Result<(), TurnError> {
+        let new: Vec<(Arc<str>, Arc<[u8]>)> = (record.images.iter())
+            .filter_map(|span| {
+                let image = images.iter().find(|i| i.span.sha256 == span.sha256)?;
+                Some((span.sha256.clone(), image.bytes.clone()))
+            })
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let blobs = self.blobs.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            new.iter()
+                .try_for_each(|(sha256, bytes)| blobs.keep(sha256, bytes))
+        })
+        .await;
+        match kept {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(TurnError::Journal(format!(
+                "an image was not kept: {error}"
+            ))),
+            Err(error) => Err(TurnError::Journal(format!(
+                "an image was not kept: {error}"
+            ))),
+        }
     }
 
     /// Counts a turn about to be recorded: its tokens, and why it starts a new node.
