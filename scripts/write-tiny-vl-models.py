@@ -62,18 +62,16 @@ CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def qwen2_vl():
-    config = Qwen2VLConfig(
-        # Qwen2-VL-7B: rope_theta 1e6, mrope_section [16, 24, 24] of head_dim 128.
-        text_config={**TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                                                 "mrope_section": [8, 12, 12]}},
-        vision_config={"depth": 2, "embed_dim": 128, "hidden_size": 128, "num_heads": 2,
-                       "mlp_ratio": 4, "patch_size": 14, "spatial_merge_size": 2,
-                       "temporal_patch_size": 2},
-        tie_word_embeddings=True,
-    )
-    # Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json.
-    preprocessor = {
+# Qwen2-VL-7B's and Qwen2.5-VL-7B's text rope: rope_theta 1e6, mrope_section [16, 24, 24] of
+# head_dim 128, here of head_dim 64.
+QWEN2_TEXT = {**TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                          "mrope_section": [8, 12, 12]}}
+
+
+def qwen2_preprocessor(processor_class):
+    """Qwen/Qwen2-VL-7B-Instruct's and Qwen/Qwen2.5-VL-7B-Instruct's preprocessor_config.json
+    (the same image processor; only the processor class differs)."""
+    return {
         "min_pixels": 3136,
         "max_pixels": 12845056,
         "patch_size": 14,
@@ -82,16 +80,24 @@ def qwen2_vl():
         "image_mean": CLIP_MEAN,
         "image_std": CLIP_STD,
         "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen2VLProcessor",
+        "processor_class": processor_class,
     }
-    return Qwen2VLForConditionalGeneration, config, preprocessor
+
+
+def qwen2_vl():
+    config = Qwen2VLConfig(
+        text_config=QWEN2_TEXT,
+        vision_config={"depth": 2, "embed_dim": 128, "hidden_size": 128, "num_heads": 2,
+                       "mlp_ratio": 4, "patch_size": 14, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2},
+        tie_word_embeddings=True,
+    )
+    return Qwen2VLForConditionalGeneration, config, qwen2_preprocessor("Qwen2VLProcessor")
 
 
 def qwen2_5_vl():
     config = Qwen2_5_VLConfig(
-        # Qwen2.5-VL-7B: rope_theta 1e6, mrope_section [16, 24, 24] of head_dim 128.
-        text_config={**TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                                                 "mrope_section": [8, 12, 12]}},
+        text_config=QWEN2_TEXT,
         # Window attention in block 0, full attention in the last (the 7B: 7, 15, 23, 31).
         vision_config={"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2,
                        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2,
@@ -99,19 +105,7 @@ def qwen2_5_vl():
                        "tokens_per_second": 2},
         tie_word_embeddings=True,
     )
-    # Qwen/Qwen2.5-VL-7B-Instruct's preprocessor_config.json: Qwen2-VL's image processor.
-    preprocessor = {
-        "min_pixels": 3136,
-        "max_pixels": 12845056,
-        "patch_size": 14,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen2_5_VLProcessor",
-    }
-    return Qwen2_5_VLForConditionalGeneration, config, preprocessor
+    return Qwen2_5_VLForConditionalGeneration, config, qwen2_preprocessor("Qwen2_5_VLProcessor")
 
 
 def qwen3_vl():

@@ -1,4 +1,4 @@
-//! Images in sessions against a scripted vLLM tokens-in route (`tests/common/mm.rs` expands
+//! Images in sessions against a scripted vLLM tokens-in route (`tests/common/vllm_generate.rs` expands
 //! images as vLLM does): what is sent (each image's run collapsed to one placeholder, the image
 //! as a `content_parts` data URL named by its hash), what the node records, and every refusal:
 //! a server that expands otherwise, images it cannot take, bad images over each API — each
@@ -8,8 +8,8 @@
 mod common;
 
 use common::images::{base64, data_url, png, qwen2_vl_dir, turned_jpeg};
-use common::mm::IMAGE_PAD;
 use common::mock_worker::{MockWorker, Sample, Wire};
+use common::vllm_generate::IMAGE_PAD;
 use common::{Proxy, assert_node_shape, assert_openai_error};
 use serde_json::{Value, json};
 

@@ -10,32 +10,14 @@
 
 mod common;
 
-use common::mock_worker::{MockWorker, Wire};
-use common::vllm::{SERVED_NAME, VllmServer};
+use common::vllm::{SERVED_NAME, VllmServer, proxy_for};
 use common::{Proxy, assert_node_shape};
-use rollout_proxy::backend::BackendKind;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 /// How far a recorded logprob may be from vLLM's score of the same token: both are computed
 /// from bf16 activations, once while decoding and once in one prefill of the whole node.
 const LOGPROB_TOLERANCE: f64 = 0.05;
-
-/// A proxy told only the server's URL and the tokenizer folder: the model name and context
-/// come from the server.
-fn proxy_for(server: &VllmServer) -> Proxy {
-    let url = server.url();
-    Proxy::start_with(
-        server.model.clone(),
-        None,
-        MockWorker::start(Wire::Sglang),
-        move |settings| {
-            settings.backends = vec![url];
-            settings.backend_kind = Some(BackendKind::Vllm);
-            settings.model_name = None;
-        },
-    )
-}
 
 async fn post(url: &str, body: Value) -> Value {
     let reply = reqwest::Client::new()

@@ -14,10 +14,8 @@
 mod common;
 
 use common::images::{data_url, png, turned_jpeg};
-use common::mock_worker::{MockWorker, Wire};
-use common::vllm::{VllmServer, vision_models};
+use common::vllm::{VllmServer, proxy_for, vision_models};
 use common::{Proxy, assert_node_shape};
-use rollout_proxy::backend::BackendKind;
 use serde_json::{Value, json};
 
 /// Seeds tried for a first reply vLLM's chat route re-tokenizes as sampled.
@@ -28,20 +26,6 @@ const SAME_LOGPROB: f64 = 1e-4;
 const IMAGE_PAD: u64 = 151655;
 
 static ONE_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn proxy_for(server: &VllmServer) -> Proxy {
-    let url = server.url();
-    Proxy::start_with(
-        server.model.clone(),
-        None,
-        MockWorker::start(Wire::Sglang),
-        move |settings| {
-            settings.backends = vec![url];
-            settings.backend_kind = Some(BackendKind::Vllm);
-            settings.model_name = None;
-        },
-    )
-}
 
 fn user(text: &str, image: Value, image_first: bool) -> Value {
     let text = json!({"type": "text", "text": text});
@@ -246,6 +230,39 @@ async fn vision_rollouts(model: &str, grids: [[u32; 3]; 2]) {
 #[tokio::test]
 async fn qwen2_vl_rollouts_are_vllms() {
     vision_rollouts("qwen2-vl", [[1, 4, 8], [1, 8, 4]]).await;
+}
+
+/// The README's vision rollout, run as written (only the proxy's address changed) in front of
+/// the tiny Qwen2-VL, with a 100x60 `photo.png`; and what it prints.
+#[tokio::test]
+async fn the_readme_vision_rollout_runs_as_written() {
+    let _one = ONE_SERVER.lock().await;
+    let dir = vision_models().join("qwen2-vl");
+    let server = VllmServer::start_model(dir, &["--enable-scale-out"]);
+    let proxy = proxy_for(&server);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = &readme[readme.find("### A vision rollout").unwrap()..];
+    let start = section.find("```bash\n").unwrap() + "```bash\n".len();
+    let block = &section[start..];
+    let block = &block[..block.find("```").unwrap()];
+    let script = block.replace("P=http://127.0.0.1:9000", &format!("P={}", proxy.url));
+    assert_ne!(script, block, "the block names the proxy's address in P");
+    let work = common::scratch_dir("readme-vision");
+    std::fs::write(work.join("photo.png"), png(100, 60, 5)).unwrap();
+    let output = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(&work)
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "assistant\nthe same bytes\n");
+    assert_eq!(stderr, "8 placeholders at 15 grid [1, 4, 8]\n");
 }
 
 #[tokio::test]

@@ -127,7 +127,7 @@ struct Shared {
     model_card: Option<(String, u32)>,
     /// Added to every id `POST /tokenize` gives (a server with another tokenizer).
     tokenize_shift: u32,
-    /// How many placeholders each image of a tokens-in request expands to ([`super::mm`]).
+    /// How many placeholders each image of a tokens-in request expands to ([`super::vllm_generate`]).
     image_runs: Vec<usize>,
 }
 
@@ -214,7 +214,7 @@ impl MockWorker {
     }
 
     /// Expands each image of a tokens-in request to this many placeholders, in order, as vLLM
-    /// would for the model's processor ([`super::mm`]).
+    /// would for the model's processor ([`super::vllm_generate`]).
     pub fn expand_images(&self, runs: Vec<usize>) {
         self.shared.lock().unwrap().image_runs = runs;
     }
@@ -363,7 +363,9 @@ async fn handle(
         }
     };
     let mut body = body.0;
-    if let Some((prompt, placed)) = super::mm::expand(&body, &shared.lock().unwrap().image_runs) {
+    if let Some((prompt, placed)) =
+        super::vllm_generate::expand(&body, &shared.lock().unwrap().image_runs)
+    {
         // Read back by the replies below, as vLLM reports the prompt it expanded.
         body["prompt_token_ids"] = json!(prompt);
         body["mm_placeholders"] = placed;
@@ -439,7 +441,7 @@ fn stream_chunks(sample: &Sample, wire: Wire) -> Vec<Value> {
                     }})
                 }
                 Wire::VllmGenerate => json!({"request_id": "generate-tokens-mock", "usage": null,
-                    "output_mode": "tokens", "choices": [vllm_generate_choice(0, sample, k - 1..k, last)]}),
+                    "output_mode": "tokens", "choices": [super::vllm_generate::choice(0, sample, k - 1..k, last)]}),
                 _ => {
                     let id = sample.ids[k - 1];
                     let lp = sample.logprobs[k - 1];
@@ -518,7 +520,7 @@ fn samples_reply(body: &Value, samples: &[Sample], wire: Wire) -> HttpResponse {
     let mut reply = match wire {
         Wire::Sglang => sglang_reply(body, samples),
         Wire::Vllm | Wire::VllmScaleOutOff => vllm_reply(body, samples),
-        Wire::VllmGenerate => vllm_generate_reply(samples, body),
+        Wire::VllmGenerate => super::vllm_generate::reply(samples, body),
         Wire::OpenAiText => openai_text_reply(samples),
     };
     super::routing::attach(&mut reply, body, wire, samples);
@@ -569,51 +571,6 @@ async fn openapi(data: web::Data<(Arc<Mutex<Shared>>, Wire)>) -> HttpResponse {
             "/v1/completions": {}, "/inference/v1/generate": {}, "/tokenize": {}, "/health": {}}})),
         _ => HttpResponse::NotFound().finish(),
     }
-}
-
-/// A vLLM 0.32 `/inference/v1/generate` choice (copied from a real server's reply): with
-/// `last`, the choice that ends the sample (a streamed choice carries only new tokens, and
-/// `weight_versions` only on its last chunk).
-fn vllm_generate_choice(
-    index: usize,
-    s: &Sample,
-    range: std::ops::Range<usize>,
-    last: bool,
-) -> Value {
-    let content: Vec<Value> = s.ids[range.clone()]
-        .iter()
-        .zip(&s.logprobs[range])
-        .map(|(id, lp)| {
-            json!({"token_id": id, "logprob": lp, "rank": 1,
-                   "top_logprobs": [{"token_id": id, "logprob": lp, "rank": 1}]})
-        })
-        .collect();
-    let ids: Vec<u32> = content
-        .iter()
-        .map(|c| c["token_id"].as_u64().unwrap() as u32)
-        .collect();
-    let stop_reason = match &s.matched {
-        Value::String(_) if last => s.matched.clone(),
-        _ => Value::Null,
-    };
-    json!({"index": index, "finish_reason": if last { json!(s.finish) } else { Value::Null },
-        "stop_reason": stop_reason, "token_ids": ids, "routed_experts": null, "sampling_mask": null,
-        "weight_versions": if last { json!([{"version": "default", "start": 0, "end": s.ids.len()}]) } else { Value::Null },
-        "logprobs": {"content": content}})
-}
-
-fn vllm_generate_reply(samples: &[Sample], body: &Value) -> Value {
-    let choices: Vec<Value> = samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| vllm_generate_choice(i, s, 0..s.ids.len(), true))
-        .collect();
-    json!({"request_id": "generate-tokens-mock", "model": "tiny",
-        "usage": {"prompt_tokens": 1, "total_tokens": 1, "completion_tokens": 0},
-        "prompt_logprobs": null, "prompt_token_id_logprobs": null,
-        "metrics": null, "kv_transfer_params": null,
-        "ec_transfer_params": null, "output_mode": "tokens", "choices": choices,
-        "prompt_token_ids": body["prompt_token_ids"], "mm_placeholders": body["mm_placeholders"]})
 }
 
 fn openai_text_reply(samples: &[Sample]) -> Value {

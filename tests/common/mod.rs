@@ -36,11 +36,11 @@ pub mod client;
 pub mod fleet;
 pub mod images;
 pub mod llama;
-pub mod mm;
 pub mod mock_worker;
 pub mod redis;
 pub mod routing;
 pub mod vllm;
+pub mod vllm_generate;
 
 /// Whether a server on 127.0.0.1:`port` answers `GET path` with 200 (readiness probes of the
 /// real servers the tests start, without an async runtime).

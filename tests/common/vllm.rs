@@ -116,3 +116,19 @@ impl Drop for VllmServer {
         let _ = self.child.wait();
     }
 }
+
+/// A proxy told only `server`'s URL and the model's folder: the model name and context come
+/// from the server.
+pub fn proxy_for(server: &VllmServer) -> super::Proxy {
+    let url = server.url();
+    super::Proxy::start_with(
+        server.model.clone(),
+        None,
+        super::mock_worker::MockWorker::start(super::mock_worker::Wire::Sglang),
+        move |settings| {
+            settings.backends = vec![url];
+            settings.backend_kind = Some(rollout_proxy::backend::BackendKind::Vllm);
+            settings.model_name = None;
+        },
+    )
+}

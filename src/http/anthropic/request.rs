@@ -331,18 +331,19 @@ fn image_of(at: At, block: &Block) -> Result<Arc<Image>, BadRequest> {
     Ok(image)
 }
 
+/// A text or an image block as a content part; another kind is refused.
+fn part(at: At, kind: &str, block: Block) -> Result<Part, BadRequest> {
+    match kind {
+        "text" => Ok(Part::Text(block_text(at, block)?)),
+        "image" => Ok(Part::Image(image_of(at, &block)?)),
+        other => Err(unsupported(at, other)),
+    }
+}
+
 /// The text and images of a string or of a list of text and image blocks, in order.
 fn parts_of(content: Content, at: At) -> Result<Vec<Part>, BadRequest> {
-    let mut parts = Vec::new();
-    for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
-        let at = At::Block(&at, j);
-        match kind.as_str() {
-            "text" => parts.push(Part::Text(block_text(at, block)?)),
-            "image" => parts.push(Part::Image(image_of(at, &block)?)),
-            other => return Err(unsupported(at, other)),
-        }
-    }
-    Ok(parts)
+    let blocks = blocks(at, content)?.into_iter().enumerate();
+    (blocks.map(|(j, (kind, block))| part(At::Block(&at, j), &kind, block))).collect()
 }
 
 /// The text of a string or of a list of text blocks, joined by newlines.
@@ -374,10 +375,8 @@ fn read_user(at: At, content: Content, out: &mut Vec<ChatMessage>) -> Result<(),
     for (j, (kind, block)) in blocks(at, content)?.into_iter().enumerate() {
         let at = At::Block(&at, j);
         match kind.as_str() {
-            "text" => parts.push(Part::Text(block_text(at, block)?)),
-            "image" => parts.push(Part::Image(image_of(at, &block)?)),
             "tool_result" => out.push(tool_result(at, block)?),
-            other => return Err(unsupported(at, other)),
+            kind => parts.push(part(at, kind, block)?),
         }
     }
     if !parts.is_empty() {
