@@ -5,9 +5,8 @@
 mod common;
 
 use common::mock_worker::{Reply, Sample};
-use common::{Proxy, assert_openai_error, chars, scratch_dir};
+use common::{Proxy, assert_openai_error, assert_valid_atif, chars, scratch_dir};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 
 /// A session with `turns` turns (replies "r0", "r1", ...).
 async fn rollout(proxy: &Proxy, turns: usize) -> String {
@@ -246,14 +245,6 @@ print("ok", len(rows))
     let _ = b;
 }
 
-/// Harbor's validator (scripts/install-atif-validator.sh, which scripts/test.sh runs):
-/// `(python, folder on PYTHONPATH)`.
-fn atif_validator() -> (PathBuf, PathBuf) {
-    let mut paths =
-        common::installed("install-atif-validator.sh", &["ATIF_PYTHON", "ATIF_HARBOR"]).into_iter();
-    (paths.next().unwrap(), paths.next().unwrap())
-}
-
 #[tokio::test]
 async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
     let proxy = Proxy::atropos();
@@ -327,22 +318,6 @@ async fn atif_export_passes_harbors_validator_and_keeps_the_ids() {
     assert_eq!(document["schema_version"], "ATIF-v1.6");
 
     assert_valid_atif(document, "export-atif");
-}
-
-/// Harbor's own validator accepts `document`.
-fn assert_valid_atif(document: &Value, name: &str) {
-    let path = scratch_dir(name).join("trajectory.json");
-    std::fs::write(&path, serde_json::to_vec(document).unwrap()).unwrap();
-    let (python, harbor) = atif_validator();
-    let output = std::process::Command::new(python)
-        .env("PYTHONPATH", harbor)
-        .args(["-m", "harbor.utils.trajectory_validator"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&output.stdout).to_string()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "Harbor's validator: {said}");
 }
 
 #[tokio::test]

@@ -53,6 +53,14 @@ async fn an_image_rollout_is_one_node_with_its_runs() {
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let node = &nodes[0];
     assert_node_shape(node);
+    // `/render` shows the prompt a turn would send now: the node's, runs and all.
+    let rendered = proxy.render(&uuid, json!({"messages": messages})).await;
+    assert_eq!(rendered["images"], node["images"]);
+    let prompt = ids(&rendered["token_ids"]);
+    let prompt_end = node["metadata"]["turns"][1]["completion_start"]
+        .as_u64()
+        .unwrap() as usize;
+    assert_eq!(prompt[..], ids(&node["tokens"])[..prompt_end]);
     let images = node["images"].as_array().unwrap();
     assert_eq!(images.len(), 2);
     let tokens = ids(&node["tokens"]);
@@ -387,4 +395,33 @@ async fn images_outlive_kill_9_and_go_with_their_last_session() {
     let (status, _) = client.get_json(&format!("/blobs/{digest}")).await;
     assert_eq!(status, 404);
     drop(server);
+}
+
+#[tokio::test]
+async fn every_export_carries_the_image_records() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN]);
+    let uuid = proxy.session(json!({})).await;
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let messages = vec![user(
+        "What is it?",
+        &data_url(&png(100, 60, 4), "image/png"),
+    )];
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{reply}");
+    let images = proxy.nodes(&uuid).await[0]["images"].clone();
+    assert_eq!(images.as_array().unwrap().len(), 1);
+    let get = |query: &'static str| {
+        let url = format!("{}/export?{query}", proxy.url);
+        async move { reqwest::get(url).await.unwrap().bytes().await.unwrap() }
+    };
+    let jsonl: Value = serde_json::from_slice(&get("format=jsonl").await).unwrap();
+    assert_eq!(jsonl["images"], images);
+    let atif: Value = serde_json::from_slice(&get("format=atif").await).unwrap();
+    assert_eq!(atif["extra"]["images"], images);
+    common::assert_valid_atif(&atif, "images-atif");
+    let npz = get("format=npz").await;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(npz)).unwrap();
+    let described: Value = serde_json::from_reader(zip.by_name("nodes.json").unwrap()).unwrap();
+    assert_eq!(described[0]["images"], images);
 }

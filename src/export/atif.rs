@@ -125,6 +125,13 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
         input_start = end;
     }
     let reward = export.reward.as_ref();
+    let mut extra = json!({"node_index": index, "divergence": node.divergence, "parent": node.parent,
+        "created_at": session.created_at});
+    if !node.images().is_empty() {
+        // Each image's run of placeholders, as positions of the node's ids (the steps'
+        // `prompt_token_ids`), with the hash its bytes are fetched by.
+        extra["images"] = json!(node.images());
+    }
     json!({
         "schema_version": SCHEMA_VERSION,
         "session_id": session.id,
@@ -140,8 +147,7 @@ fn document(export: &SessionExport, index: usize, node: &Node, ctx: AtifContext)
             "total_steps": steps.len(),
             "extra": {"reward": reward.map(|r| r.reward), "reward_metadata": reward.map(|r| &r.metadata)},
         },
-        "extra": {"node_index": index, "divergence": node.divergence, "parent": node.parent,
-            "created_at": session.created_at},
+        "extra": extra,
     })
 }
 

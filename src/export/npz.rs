@@ -1,7 +1,7 @@
 //! Padded NumPy arrays in one `.npz` (a zip of `.npy` files, as `numpy.savez` writes it), one
 //! row per node: `tokens`, `masked_tokens` and `attention_mask` (int32), `logprobs` and
 //! `rewards` (float32), `lengths` (int32), and `nodes.json` (each row's session, node index,
-//! reward, metadata and turns; `numpy.load(...)["nodes.json"]` returns its bytes). Nodes of
+//! reward, metadata, turns and images; `numpy.load(...)["nodes.json"]` returns its bytes). Nodes of
 //! sessions that record routed experts add `routed_experts` (uint16, nodes × positions ×
 //! layers·top-k; 65535 where a position has no row).
 //!
@@ -129,6 +129,7 @@ pub fn write(
                     "reward": reward.map(|r| r.reward),
                     "metadata": reward.map(|r| &r.metadata),
                     "turns": node.turns,
+                    "images": node.images(),
                 })
             })
         })

@@ -150,14 +150,19 @@ pub fn read_turn(
     }
 }
 
-/// The reply of every API's `/render`: the prompt as text, its ids, and the node it extends.
+/// The reply of every API's `/render`: the prompt as text, its ids, the node it extends, and
+/// its images (each run of placeholders, as the node would record it) when it has any.
 fn render_reply(rendered: crate::turn::RenderedTurn) -> actix_web::HttpResponse {
-    actix_web::HttpResponse::Ok().json(serde_json::json!({
+    let mut reply = serde_json::json!({
         "prompt_text": rendered.prompt_text,
         "num_tokens": rendered.prompt_ids.len(),
         "token_ids": rendered.prompt_ids,
         "extends_node": rendered.extends_node,
-    }))
+    });
+    if !rendered.images.is_empty() {
+        reply["images"] = serde_json::json!(rendered.images);
+    }
+    actix_web::HttpResponse::Ok().json(reply)
 }
 
 /// Registers every route of the table ([`routes::table`]) on an actix app, each wrapped in

@@ -62,6 +62,8 @@ pub struct RenderedTurn {
     pub prompt_ids: Vec<u32>,
     /// The node the prompt extends, if any.
     pub extends_node: Option<usize>,
+    /// The prompt's images, each with its run of placeholders in `prompt_ids`.
+    pub images: Vec<crate::generation::ImageSpan>,
 }
 
 impl Pipeline {
@@ -92,6 +94,7 @@ impl Pipeline {
                 super::Base::Extend { node } => Some(node),
                 super::Base::New { .. } => None,
             },
+            images: plan.images.iter().map(|image| image.span.clone()).collect(),
             prompt_ids: Arc::unwrap_or_clone(plan.prompt_ids),
         })
     }

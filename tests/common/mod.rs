@@ -617,3 +617,27 @@ pub fn engine_proxy() -> Proxy {
         },
     )
 }
+
+/// Harbor's ATIF validator (scripts/install-atif-validator.sh, which scripts/test.sh runs):
+/// `(python, folder on PYTHONPATH)`.
+pub fn atif_validator() -> (PathBuf, PathBuf) {
+    let mut paths =
+        installed("install-atif-validator.sh", &["ATIF_PYTHON", "ATIF_HARBOR"]).into_iter();
+    (paths.next().unwrap(), paths.next().unwrap())
+}
+
+/// Harbor's own validator accepts `document`.
+pub fn assert_valid_atif(document: &Value, name: &str) {
+    let path = scratch_dir(name).join("trajectory.json");
+    std::fs::write(&path, serde_json::to_vec(document).unwrap()).unwrap();
+    let (python, harbor) = atif_validator();
+    let output = std::process::Command::new(python)
+        .env("PYTHONPATH", harbor)
+        .args(["-m", "harbor.utils.trajectory_validator"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "Harbor's validator: {said}");
+}
