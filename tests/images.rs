@@ -425,3 +425,63 @@ async fn every_export_carries_the_image_records() {
     let described: Value = serde_json::from_reader(zip.by_name("nodes.json").unwrap()).unwrap();
     assert_eq!(described[0]["images"], images);
 }
+
+/// A fleet keeps images in its store, with their session: any replica serves their bytes and
+/// extends the node with more, and they go with the session.
+#[tokio::test]
+async fn a_fleet_keeps_images_in_its_store() {
+    let redis = common::redis::RedisServer::start(&common::scratch_dir("images-fleet"));
+    let worker = MockWorker::start(Wire::VllmGenerate);
+    worker.expand_images(vec![RUN, RUN]);
+    let (store, upstream) = (redis.url(), worker.url.clone());
+    let replica = || {
+        let (store, upstream) = (store.clone(), upstream.clone());
+        async move {
+            let model = (qwen2_vl_dir(), "vllm");
+            common::fleet::Replica::serving(&store, &[&upstream], &[], model).await
+        }
+    };
+    let (a, b) = (replica().await, replica().await);
+    let (on_a, on_b) = (a.client(), b.client());
+    let uuid = on_a.session().await;
+    let (first, second) = (png(100, 60, 8), png(60, 100, 9));
+    let mut messages = vec![user("What is it?", &data_url(&first, "image/png"))];
+    worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let reply = on_a
+        .post(
+            &format!("/{uuid}/v1/chat/completions"),
+            json!({"messages": messages}),
+        )
+        .await;
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(user("And this?", &data_url(&second, "image/png")));
+    worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    on_b.post(
+        &format!("/{uuid}/v1/chat/completions"),
+        json!({"messages": messages}),
+    )
+    .await;
+    let (_, nodes) = on_a.get_json(&format!("/{uuid}/nodes")).await;
+    let nodes = nodes["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "one node across replicas");
+    assert_eq!(nodes[0]["images"].as_array().unwrap().len(), 2);
+    let http = reqwest::Client::new();
+    for (client, bytes) in [(&on_b, &first), (&on_a, &second), (&on_b, &second)] {
+        let digest = sha256(bytes);
+        for path in [
+            format!("/blobs/{digest}"),
+            format!("/{uuid}/blobs/{digest}"),
+        ] {
+            let reply = http
+                .get(format!("{}{path}", client.base))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(reply.status(), 200, "{path}");
+            assert_eq!(reply.bytes().await.unwrap(), *bytes, "{path}");
+        }
+    }
+    on_b.delete_session(&uuid).await;
+    let (status, _) = on_a.get_json(&format!("/blobs/{}", sha256(&first))).await;
+    assert_eq!(status, 404, "gone with its session");
+}

@@ -23,12 +23,15 @@
 //! - `rp:{id}:log`: the session's entries, oldest first.
 //! - `rp:{id}:lease`: `holder:token` while a replica holds the session, with an expiry.
 //! - `rp:{id}:fence`: the last token handed out for the session (tokens only grow).
+//! - `rp:{id}:images`: the bytes of the session's images by SHA-256, each written by the
+//!   append of the first turn that holds it; they expire and are deleted with the session.
 //! - `rp:sessions`: every session, scored by its creation time.
 
 mod control;
 mod held;
 mod store;
 
+use crate::generation::PromptImage;
 use crate::journal::codec::{self, Entry};
 use crate::journal::{Replayed, restore};
 use crate::session::replies::KeySlot;
@@ -194,9 +197,14 @@ impl Fleet {
         }
     }
 
-    /// Appends one encoded change of session `id`: under the lease a turn here holds, or
-    /// under one taken for it; at the length applied here.
-    async fn append(&self, id: Uuid, entry: &[u8]) -> Result<(), LogError> {
+    /// Appends one encoded change of session `id`, with the images it adds: under the lease a
+    /// turn here holds, or under one taken for it; at the length applied here.
+    async fn append(
+        &self,
+        id: Uuid,
+        entry: &[u8],
+        images: &[(&str, &[u8])],
+    ) -> Result<(), LogError> {
         let applied = self
             .applied(id)
             .ok_or_else(|| log_error(format!("session {id} is not kept by this replica")))?;
@@ -208,7 +216,9 @@ impl Fleet {
                 None => return Err(log_error(format!("session {id} is not in the store"))),
             },
         };
-        let appended = self.store.append(&lease, record.length, entry).await;
+        let appended = (self.store)
+            .append(&lease, record.length, entry, images)
+            .await;
         if taken {
             // Not waited for: a lease not given back runs out by itself, and this replica
             // takes its own over at once.
@@ -232,7 +242,7 @@ impl Fleet {
     async fn append_entry(&self, entry: &Entry) -> Result<(), LogError> {
         let mut out = Vec::new();
         codec::encode(entry, &mut out);
-        self.append(entry.session(), &out).await
+        self.append(entry.session(), &out, &[]).await
     }
 }
 
@@ -280,9 +290,34 @@ impl SessionLog for Fleet {
     }
 
     async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError> {
+        self.committed_with_images(session, record, &[]).await
+    }
+
+    /// The turn and the bytes of the images it adds, in one append: both kept, or neither.
+    async fn committed_with_images(
+        &self,
+        session: Uuid,
+        record: &CommitRecord,
+        images: &[PromptImage],
+    ) -> Result<(), LogError> {
         let mut out = Vec::new();
         codec::encode_commit(session, record, &mut out);
-        self.append(session, &out).await
+        let added: Vec<(&str, &[u8])> = (record.images.iter())
+            .filter_map(|span| {
+                let image = images.iter().find(|i| i.span.sha256 == span.sha256)?;
+                Some((&*span.sha256, &*image.bytes))
+            })
+            .collect();
+        self.append(session, &out, &added).await
+    }
+
+    fn keeps_images(&self) -> bool {
+        true
+    }
+
+    async fn image(&self, session: Uuid, sha256: &str) -> Result<Option<Arc<[u8]>>, LogError> {
+        let bytes = self.store.image(session, sha256).await.map_err(log_error)?;
+        Ok(bytes.map(Arc::from))
     }
 
     async fn relabelled(

@@ -110,7 +110,7 @@ if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1";
 
-/// KEYS: log, lease, fence. ARGV: holder, ttl_ms, expiry_ms (0: none). {token, length} when
+/// KEYS: log, lease, fence, images. ARGV: holder, ttl_ms, expiry_ms (0: none). {token, length} when
 /// held (a lease the holder itself still has is taken over: its turns take turns already);
 /// {0, pttl} when another holds it; {-1, 0} when there is no such session.
 const ACQUIRE: &str = r"
@@ -124,6 +124,7 @@ redis.call('SET', KEYS[2], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 if ARGV[3] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 return {token, redis.call('LLEN', KEYS[1])}";
 
@@ -138,15 +139,20 @@ const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])";
 
-/// KEYS: lease, log. ARGV: value, expected length, entry, expiry_ms (0: none). {1, length}
-/// when appended, {0, 0} when the lease is not held, {-1, length} when the length is not the
-/// expected one.
+/// KEYS: lease, log, images. ARGV: value, expected length, entry, expiry_ms (0: none), then
+/// (sha256, bytes) of each image the entry adds. {1, length} when appended (the images kept
+/// with it), {0, 0} when the lease is not held, {-1, length} when the length is not the
+/// expected one (nothing written then).
 const APPEND: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0} end
 local length = redis.call('LLEN', KEYS[2])
 if length ~= tonumber(ARGV[2]) then return {-1, length} end
 length = redis.call('RPUSH', KEYS[2], ARGV[3])
-if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+for i = 5, #ARGV, 2 do redis.call('HSETNX', KEYS[3], ARGV[i], ARGV[i + 1]) end
+if ARGV[4] ~= '0' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+end
 return {1, length}";
 
 /// KEYS: replicas. ARGV: holder, report. The report, stamped with the store's clock (so that
@@ -177,10 +183,10 @@ for i = 1, #all, 2 do
 end
 return live";
 
-/// KEYS: log, lease, fence, index. ARGV: id. 1 when this call deleted the session.
+/// KEYS: log, lease, fence, images, index. ARGV: id. 1 when this call deleted the session.
 const DELETE: &str = r"
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-return redis.call('ZREM', KEYS[4], ARGV[1])";
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return redis.call('ZREM', KEYS[5], ARGV[1])";
 
 impl Store {
     /// Connects to the store at `url` (`redis://host:port/db`); the connection reconnects by
@@ -244,6 +250,7 @@ impl Store {
             .key(key(id, "log"))
             .key(key(id, "lease"))
             .key(key(id, "fence"))
+            .key(key(id, "images"))
             .arg(&self.holder)
             .arg(ttl.as_millis() as u64)
             .arg(self.expiry_ms)
@@ -292,18 +299,22 @@ impl Store {
         lease: &Lease,
         expected: u64,
         entry: &[u8],
+        images: &[(&str, &[u8])],
     ) -> Result<Appended, StoreError> {
-        let (outcome, length): (i64, i64) = self
-            .scripts
-            .append
+        let mut script = self.scripts.append.prepare_invoke();
+        script
             .key(key(lease.id, "lease"))
             .key(key(lease.id, "log"))
+            .key(key(lease.id, "images"))
             .arg(&lease.value)
             .arg(expected)
             .arg(entry)
-            .arg(self.expiry_ms)
-            .invoke_async(&mut self.connection.clone())
-            .await?;
+            .arg(self.expiry_ms);
+        for (sha256, bytes) in images {
+            script.arg(*sha256).arg(*bytes);
+        }
+        let (outcome, length): (i64, i64) =
+            script.invoke_async(&mut self.connection.clone()).await?;
         Ok(match outcome {
             1 => Appended::At(length as u64),
             0 => Appended::Fenced,
@@ -335,11 +346,22 @@ impl Store {
             .key(key(id, "log"))
             .key(key(id, "lease"))
             .key(key(id, "fence"))
+            .key(key(id, "images"))
             .key(index())
             .arg(id.to_string())
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(deleted == 1)
+    }
+
+    /// The bytes of image `sha256` of session `id`, when kept.
+    pub async fn image(&self, id: Uuid, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let bytes: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(key(id, "images"))
+            .arg(sha256)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(bytes)
     }
 
     /// Every session, with its creation time (seconds since the epoch), oldest first.

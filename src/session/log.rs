@@ -4,6 +4,7 @@
 use super::replies::KeySlot;
 use super::responses::StoredResponse;
 use super::{CommitRecord, Reward, Session, SessionState, SessionStore};
+use crate::generation::PromptImage;
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 use uuid::Uuid;
@@ -19,6 +20,26 @@ pub trait SessionLog: Send + Sync + std::fmt::Debug {
     async fn deleted(&self, session: Uuid) -> Result<(), LogError>;
     /// A turn of `session` is about to be applied.
     async fn committed(&self, session: Uuid, record: &CommitRecord) -> Result<(), LogError>;
+    /// A turn of `session` is about to be applied, with the bytes of the images it adds
+    /// (`images` are its prompt's). A log that keeps images ([`SessionLog::keeps_images`])
+    /// keeps them with the turn, or neither; the others keep the turn alone (the proxy keeps
+    /// the images apart, before).
+    async fn committed_with_images(
+        &self,
+        session: Uuid,
+        record: &CommitRecord,
+        _images: &[PromptImage],
+    ) -> Result<(), LogError> {
+        self.committed(session, record).await
+    }
+    /// Whether this log keeps the images of its turns itself (the fleet's store does).
+    fn keeps_images(&self) -> bool {
+        false
+    }
+    /// The bytes of image `sha256` of `session`, from a log that keeps images.
+    async fn image(&self, _session: Uuid, _sha256: &str) -> Result<Option<Arc<[u8]>>, LogError> {
+        Ok(None)
+    }
     /// `node`'s last turn gets a new nudge label.
     async fn relabelled(
         &self,

@@ -240,8 +240,9 @@ impl Pipeline {
         Ok(plan)
     }
 
-    /// Keeps the record's new images (`images` are the prompt's, with their bytes), journals
-    /// `record` (when there is a journal), then applies it. A choice whose backend reported no
+    /// Keeps the record's new images (`images` are the prompt's, with their bytes) and
+    /// journals `record` (when there is a journal; a fleet's store keeps both at once), then
+    /// applies it. A choice whose backend reported no
     /// weight version gets the one the trainer announced.
     pub(super) async fn write(
         &self,
@@ -259,9 +260,11 @@ impl Pipeline {
             }
         }
         self.count(state, &record);
-        self.keep_images(&record, images).await?;
+        if !self.log.as_ref().is_some_and(|log| log.keeps_images()) {
+            self.keep_images(&record, images).await?;
+        }
         if let Some(log) = &self.log {
-            log.committed(session.id, &record)
+            log.committed_with_images(session.id, &record, images)
                 .await
                 .map_err(|e| TurnError::Journal(e.0))?;
         }

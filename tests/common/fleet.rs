@@ -13,6 +13,8 @@ pub struct Replica {
     store: String,
     upstreams: Vec<String>,
     flags: Vec<String>,
+    /// The model folder and the upstreams' wire (the char model before SGLang's by default).
+    model: (std::path::PathBuf, &'static str),
     process: Option<KillOnDrop>,
 }
 
@@ -29,11 +31,23 @@ impl Replica {
 
     /// A replica of the fleet on `store` before `upstreams`, with `flags` added.
     pub async fn with_flags(store: &str, upstreams: &[&str], flags: &[&str]) -> Self {
+        Self::serving(store, upstreams, flags, (char_model_dir(), "sglang")).await
+    }
+
+    /// A replica of the fleet on `store` for the model folder `model.0` before `upstreams`
+    /// of backend type `model.1`, with `flags` added.
+    pub async fn serving(
+        store: &str,
+        upstreams: &[&str],
+        flags: &[&str],
+        model: (std::path::PathBuf, &'static str),
+    ) -> Self {
         let mut replica = Self {
             port: free_port(),
             store: store.to_string(),
             upstreams: upstreams.iter().map(|u| u.to_string()).collect(),
             flags: flags.iter().map(|f| f.to_string()).collect(),
+            model,
             process: None,
         };
         replica.restart().await;
@@ -62,12 +76,12 @@ impl Replica {
         command
             .args(["serve", "--port", &self.port.to_string(), "--workers", "1"])
             .arg("--tokenizer")
-            .arg(char_model_dir());
+            .arg(&self.model.0);
         for upstream in &self.upstreams {
             command.args(["--backend", upstream]);
         }
         let child = command
-            .args(["--backend-type", "sglang"])
+            .args(["--backend-type", self.model.1])
             .args(["--store", &self.store])
             .args(&self.flags)
             .stdout(std::process::Stdio::null())

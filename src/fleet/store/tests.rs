@@ -76,7 +76,7 @@ async fn a_session_is_created_once_and_read_back_in_order() {
     let (lease, length) = held(store.acquire(id, Duration::from_secs(5)).await.unwrap());
     assert_eq!(length, 1);
     assert_eq!(
-        store.append(&lease, 1, b"second").await.unwrap(),
+        store.append(&lease, 1, b"second", &[]).await.unwrap(),
         Appended::At(2)
     );
     assert_eq!(
@@ -128,20 +128,47 @@ async fn a_lapsed_or_stale_replica_writes_nothing() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (fresh, length) = held(b.acquire(id, Duration::from_secs(5)).await.unwrap());
     assert_eq!(
-        b.append(&fresh, length, b"b's turn").await.unwrap(),
+        b.append(&fresh, length, b"b's turn", &[]).await.unwrap(),
         Appended::At(2)
     );
     assert_eq!(
-        a.append(&slow, 1, b"a's late turn").await.unwrap(),
+        a.append(&slow, 1, b"a's late turn", &[]).await.unwrap(),
         Appended::Fenced
     );
     assert_eq!(
-        b.append(&fresh, 1, b"from a stale copy").await.unwrap(),
+        b.append(&fresh, 1, b"from a stale copy", &[])
+            .await
+            .unwrap(),
         Appended::Moved(2)
     );
     assert_eq!(
         a.entries(id, 0).await.unwrap().unwrap(),
         [b"created".to_vec(), b"b's turn".to_vec()]
+    );
+    // An image goes in with its turn, and only then.
+    let image: &[(&str, &[u8])] = &[("ab12", b"png bytes")];
+    assert_eq!(
+        a.append(&slow, 2, b"late", image).await.unwrap(),
+        Appended::Fenced
+    );
+    assert_eq!(
+        b.append(&fresh, 1, b"stale", image).await.unwrap(),
+        Appended::Moved(2)
+    );
+    assert_eq!(a.image(id, "ab12").await.unwrap(), None);
+    assert_eq!(
+        b.append(&fresh, 2, b"with an image", image).await.unwrap(),
+        Appended::At(3)
+    );
+    assert_eq!(
+        a.image(id, "ab12").await.unwrap(),
+        Some(b"png bytes".to_vec())
+    );
+    assert!(a.delete(id).await.unwrap());
+    assert_eq!(
+        a.image(id, "ab12").await.unwrap(),
+        None,
+        "deleted with its session"
     );
 }
 
@@ -163,7 +190,7 @@ async fn a_session_is_deleted_once_fleet_wide() {
     );
     assert_eq!(a.entries(id, 0).await.unwrap(), None);
     assert_eq!(
-        a.append(&lease, 1, b"after").await.unwrap(),
+        a.append(&lease, 1, b"after", &[]).await.unwrap(),
         Appended::Fenced
     );
     assert_eq!(
@@ -207,13 +234,13 @@ async fn a_lease_is_renewed_and_taken_over_only_by_its_own_replica() {
     let (second, length) = held(a.acquire(id, Duration::from_secs(5)).await.unwrap());
     assert!(second.token > first.token);
     assert_eq!(
-        a.append(&first, length, b"old").await.unwrap(),
+        a.append(&first, length, b"old", &[]).await.unwrap(),
         Appended::Fenced
     );
     assert!(!a.renew(&first, Duration::from_secs(5)).await.unwrap());
     assert!(!a.release(&first).await.unwrap());
     assert_eq!(
-        a.append(&second, length, b"new").await.unwrap(),
+        a.append(&second, length, b"new", &[]).await.unwrap(),
         Appended::At(2)
     );
 }
@@ -231,7 +258,7 @@ async fn an_idle_session_expires_in_the_store() {
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let (lease, length) = held(a.acquire(id, Duration::from_secs(1)).await.unwrap());
-        a.append(&lease, length, b"turn").await.unwrap();
+        a.append(&lease, length, b"turn", &[]).await.unwrap();
         a.release(&lease).await.unwrap();
     }
     assert_eq!(a.entries(id, 0).await.unwrap().map(|e| e.len()), Some(4));
