@@ -285,7 +285,14 @@ async fn bad_requests_get_anthropic_errors_and_change_nothing() {
             json!({"max_tokens": 8, "messages": [{"role": "user", "content": [
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]}),
             400,
-            "messages[0].content[0]: image blocks are not supported",
+            "messages[0].content[0]: the image cannot be decoded",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                    "data": common::images::base64(&common::images::png(8, 8, 0))}}]}]}),
+            400,
+            "this model takes no images",
         ),
         (
             json!({"max_tokens": 8, "messages": user, "temperature": 3}),

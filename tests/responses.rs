@@ -227,7 +227,12 @@ async fn bad_requests_get_openai_errors_and_change_nothing() {
         (json!({"input": 3}), "input"),
         (
             json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]}]}),
-            "input[0].content[0]: input_image parts are not supported",
+            "input[0].content[0]: a data: URL needs a ','",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": [{"type": "input_image",
+                "image_url": common::images::data_url(&common::images::png(8, 8, 0), "image/png")}]}]}),
+            "this model takes no images",
         ),
         (
             json!({"input": "hi", "previous_response_id": "resp_nope"}),
