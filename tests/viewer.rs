@@ -63,8 +63,10 @@ async fn drive(proxy: &Proxy, session: &str, name: &str, live_turn: Option<Value
     );
     for url in report["requests"].as_array().unwrap() {
         let url = url.as_str().unwrap();
+        // Images are shown from `blob:` URLs of bytes fetched from the proxy.
+        let own = url.strip_prefix("blob:").unwrap_or(url);
         assert!(
-            url.starts_with(&proxy.url),
+            own.starts_with(&proxy.url),
             "the page fetched {url} from elsewhere"
         );
     }
@@ -297,4 +299,37 @@ async fn viewing_a_session_leaves_its_idle_time_alone() {
         .await;
     assert_eq!(status, 404);
     common::assert_openai_error(&error);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_stands_as_a_thumbnail_where_its_run_is() {
+    let proxy = Proxy::start(
+        common::images::qwen2_vl_dir(),
+        None,
+        common::mock_worker::Wire::VllmGenerate,
+    );
+    proxy.worker.expand_images(vec![8]);
+    let uuid = proxy.session(json!({})).await;
+    let bytes = common::images::png(100, 60, 3);
+    let url = common::images::data_url(&bytes, "image/png");
+    proxy.worker.push_sample(varied(vec![9707, 151645]));
+    let (status, reply) = proxy
+        .chat(&uuid, json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is it?"}]}]}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let report = drive(&proxy, &uuid, "image", None).await;
+    let node = &proxy.nodes(&uuid).await[0];
+    let image = &node["images"][0];
+    assert_eq!(
+        report["images"],
+        json!([{"sha256": image["sha256"], "width": 100, "height": 60, "i": image["offset"]}])
+    );
+    let tokens = node["tokens"].as_array().unwrap().len();
+    let length = image["length"].as_u64().unwrap() as usize;
+    assert_eq!(
+        report["boxes"].as_array().unwrap().len(),
+        tokens - (length - 1),
+        "the run is one box"
+    );
 }

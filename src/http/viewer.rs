@@ -19,10 +19,10 @@ pub async fn asset(name: web::Path<String>) -> Result<HttpResponse, ApiError> {
 }
 
 /// What the viewer's page may do: run and style itself from its own files, fetch its data
-/// from the proxy, and nothing else (no inline script, no other host, no framing, no form
+/// from the proxy (images too, shown from the `blob:` URLs of what it fetched), and nothing else (no inline script, no other host, no framing, no form
 /// sent anywhere). The other security headers are every reply's (see `security_headers`).
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-    connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+    connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
 fn serve(asset: Asset) -> HttpResponse {

@@ -56,6 +56,9 @@ pub struct NodeView {
     pub messages: Vec<MessageSpan>,
     /// The tool calls the model wrote in its sampled turns.
     pub calls: Vec<CallSpan>,
+    /// The images of its prompts, each with its run of placeholders (drawn as a thumbnail
+    /// from `GET /{uuid}/blobs/{sha256}`).
+    pub images: Vec<crate::generation::ImageSpan>,
 }
 
 /// A tool call the model wrote, as positions in its node.
@@ -142,6 +145,7 @@ fn node_view(
         special,
         turns: node.turns.clone(),
         calls,
+        images: node.images().to_vec(),
     }
 }
 

@@ -44,6 +44,13 @@ try {
     name: c.dataset.call, healed: c.classList.contains("healed"), tag: c.querySelector(".call-tag").textContent,
   })));
   report.node_tabs = await page.locator(".node-tabs button").count();
+  // Images stand as thumbnails, loaded from the proxy.
+  await page.waitForFunction(() => [...document.querySelectorAll("#tokens img.thumb")]
+    .every((img) => img.complete && img.naturalWidth > 0), null, { timeout: 15000 });
+  report.images = await page.$$eval("#tokens img.thumb", (all) => all.map((img) => ({
+    sha256: img.dataset.image, width: img.naturalWidth, height: img.naturalHeight,
+    i: Number(img.parentElement.dataset.i),
+  })));
   report.banner = await page.locator(".banner").allTextContents();
 
   // Hovering a sampled token shows its facts.

@@ -17,7 +17,7 @@ function escapeHtml(text) {
   return text.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 }
 
-async function api(path) {
+async function fetched(path) {
   const key = sessionStorage.getItem("rollout-proxy-key");
   const headers = key ? { Authorization: "Bearer " + key } : {};
   const response = await fetch(path, { headers });
@@ -26,7 +26,28 @@ async function api(path) {
     throw new Error("this proxy needs a key");
   }
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
-  return response.json();
+  return response;
+}
+
+async function api(path) {
+  return (await fetched(path)).json();
+}
+
+// Each image's bytes, fetched once (with the key, which an <img> could not send) and shown
+// from a blob: URL.
+const thumbnails = new Map();
+async function showThumbnails(uuid) {
+  for (const img of document.querySelectorAll("#tokens img.thumb[data-image]")) {
+    const sha = img.dataset.image;
+    if (!thumbnails.has(sha)) {
+      thumbnails.set(sha, fetched("/" + uuid + "/blobs/" + sha).then((r) => r.blob()).then((b) => URL.createObjectURL(b)));
+    }
+    try {
+      img.src = await thumbnails.get(sha);
+    } catch (error) {
+      img.alt = "image not available: " + error.message;
+    }
+  }
 }
 
 function ago(seconds) {
@@ -137,6 +158,7 @@ function render() {
   html += `<div id="tokens" class="tokens${state.textView ? " text-view" : ""}">` +
     (state.textView ? textBody(node) : tokenBody(node, divergencePoints(view, state.node))) + "</div>";
   $("session").innerHTML = html;
+  showThumbnails(view.session);
 }
 
 function turnHeader(node, turn) {
@@ -168,6 +190,7 @@ function textBody(node) {
 function tokenBody(node, points) {
   const special = new Set(node.special);
   const callAt = new Map(node.calls.map((c) => [c.start, c]));
+  const imageAt = new Map(node.images.map((image) => [image.offset, image]));
   const out = [];
   let lastTurn = -1;
   let callEnd = -1;
@@ -176,6 +199,15 @@ function tokenBody(node, points) {
     lastTurn = m.turn;
     out.push(messageOpen(node, m, index));
     for (let i = m.start; i < m.end; i++) {
+      const image = imageAt.get(i);
+      if (image) {
+        // The image where its run of placeholders stands, one box for the whole run.
+        const [, h, w] = image.grid_thw;
+        out.push(`<span class="t p image" data-i="${i}" title="${image.length} placeholders, grid ${h}x${w}">` +
+          `<img class="thumb" data-image="${escapeHtml(image.sha256)}" alt="image ${escapeHtml(image.sha256.slice(0, 12))}"></span>`);
+        i += image.length - 1;
+        continue;
+      }
       const call = callAt.get(i);
       if (call) {
         out.push(`<span class="call${call.healed ? " healed" : ""}" data-call="${escapeHtml(call.name)}">` +
@@ -219,6 +251,8 @@ function showTip(event) {
     `text ${JSON.stringify(node.pieces[i])}`,
     lp === null ? "prompt (not sampled)" : `logprob ${lp.toFixed(4)} · p ${Math.exp(lp).toFixed(3)}`,
   ];
+  const image = node.images.find((im) => im.offset === i);
+  if (image) lines.push(`image ${image.sha256.slice(0, 16)}… · ${image.media_type} · ${image.length} placeholders · grid ${image.grid_thw.join("x")}`);
   if (message) lines.push(`message ${message.role} · turn ${message.turn}`);
   if (turn) lines.push(`backend ${turn.backend}${turn.weight_version ? " · weights " + turn.weight_version : ""}`);
   const point = divergencePoints(state.view, state.node).get(i);
