@@ -89,11 +89,48 @@ async fn an_image_rollout_is_one_node_with_its_runs() {
         "the node's prompt, collapsed"
     );
     let parts = last["content_parts"].as_array().unwrap();
-    assert_eq!(parts[0]["uuid"], images[0]["sha256"]);
-    assert_eq!(parts[0]["url"], data_url(&first, "image/png"));
+    // The image the server took in turn one is named alone; the new one comes with its bytes.
+    assert_eq!(
+        parts[0],
+        json!({"type": "image_url", "uuid": images[0]["sha256"]})
+    );
+    assert_eq!(parts[1]["uuid"], images[1]["sha256"]);
     assert_eq!(parts[1]["url"], data_url(&second, "image/jpeg"));
+    assert_eq!(
+        requests[0]["content_parts"][0]["url"],
+        data_url(&first, "image/png")
+    );
     assert_eq!(last["return_token_ids"], true);
-    assert!(requests[0].get("content_parts").is_some());
+}
+
+#[tokio::test]
+async fn an_image_the_server_no_longer_keeps_is_sent_again() {
+    let proxy = proxy(Wire::VllmGenerate);
+    proxy.worker.expand_images(vec![RUN, RUN]);
+    let uuid = proxy.session(json!({})).await;
+    let first = png(100, 60, 5);
+    let mut messages = vec![user("What is it?", &data_url(&first, "image/png"))];
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{reply}");
+    messages.push(reply["choices"][0]["message"].clone());
+    messages.push(user("And this?", &data_url(&png(60, 100, 6), "image/png")));
+    // The server lost its cache (a restart, an eviction): naming the image alone misses.
+    proxy.worker.forget_images();
+    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+    let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{reply}");
+    let sent = proxy.worker.requests();
+    let parts = sent.last().unwrap()["content_parts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        parts[0]["url"],
+        data_url(&first, "image/png"),
+        "sent again with its bytes"
+    );
+    assert_eq!(proxy.nodes(&uuid).await.len(), 1);
 }
 
 fn sha256(bytes: &[u8]) -> String {

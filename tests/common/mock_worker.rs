@@ -129,6 +129,8 @@ struct Shared {
     tokenize_shift: u32,
     /// How many placeholders each image of a tokens-in request expands to ([`super::vllm_generate`]).
     image_runs: Vec<usize>,
+    /// The images the tokens-in route keeps, by uuid.
+    image_cache: std::collections::HashSet<String>,
 }
 
 /// Chooses the sample for a request's prompt ids.
@@ -217,6 +219,11 @@ impl MockWorker {
     /// would for the model's processor ([`super::vllm_generate`]).
     pub fn expand_images(&self, runs: Vec<usize>) {
         self.shared.lock().unwrap().image_runs = runs;
+    }
+
+    /// Empties the tokens-in route's image cache (as an eviction or a restart would).
+    pub fn forget_images(&self) {
+        self.shared.lock().unwrap().image_cache.clear();
     }
 
     /// Adds `by` to every id `POST /tokenize` answers (a server with another tokenizer).
@@ -327,6 +334,11 @@ async fn handle(
     if req.path() != wire.path() {
         return HttpResponse::NotFound()
             .json(json!({"error": {"message": "wrong endpoint", "code": 404}}));
+    }
+    let cached = super::vllm_generate::cached(&body, &mut shared.lock().unwrap().image_cache);
+    if let Err(message) = cached {
+        return HttpResponse::BadRequest().json(json!({"error": {
+            "message": message, "type": "BadRequestError", "param": null, "code": 400}}));
     }
     let reply = {
         let mut shared = shared.lock().unwrap();

@@ -9,6 +9,23 @@ use serde_json::{Value, json};
 /// The Qwen-VL placeholder.
 pub const IMAGE_PAD: u32 = 151655;
 
+/// vLLM's processed-image cache: an image sent with its bytes is kept by its `uuid`; one
+/// named alone must be kept, else the request is refused with vLLM's own message.
+pub fn cached(body: &Value, cache: &mut std::collections::HashSet<String>) -> Result<(), String> {
+    let parts = body["content_parts"].as_array().into_iter().flatten();
+    for (index, part) in parts.enumerate() {
+        let uuid = part["uuid"].as_str().unwrap_or_default().to_string();
+        if part.get("url").is_some() {
+            cache.insert(uuid);
+        } else if !cache.contains(&uuid) {
+            return Err(format!(
+                "Cache miss for image at index {index} but data is not provided."
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `prompt_token_ids` and `mm_placeholders` for a request whose images expand to `runs`
 /// placeholders each (in order; an image past `runs` keeps one); `None` when the request asks
 /// for no ids back.

@@ -4,12 +4,20 @@
 //! placeholder again. Ids sent already expanded would be expanded a second time, silently, so
 //! each run is collapsed before sending, and the prompt vLLM reports back must be the proxy's
 //! own, run for run, or nothing is recorded.
+//!
+//! vLLM keeps processed images by the `uuid` they came with (the bytes' SHA-256 here): an image
+//! a server took before is sent by its name alone ([`Sent`]), so a rollout's turns do not send
+//! every earlier image again. A server that no longer has it answers a 400 ("Cache miss");
+//! the request is then sent again with every image's bytes.
 
 use crate::backend::BackendError;
 use crate::generation::GenerateRequest;
 use base64::Engine;
 use serde_json::{Value, json};
 use std::borrow::Cow;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The prompt as sent: each image's run collapsed to its first placeholder.
 pub(super) fn collapsed(request: &GenerateRequest) -> Cow<'_, [u32]> {
@@ -28,20 +36,82 @@ pub(super) fn collapsed(request: &GenerateRequest) -> Cow<'_, [u32]> {
     Cow::Owned(ids)
 }
 
-/// The images as vLLM's `content_parts`: each a data URL, with its hash as the `uuid` vLLM
-/// caches the processed image under.
-pub(super) fn content_parts(request: &GenerateRequest) -> Value {
-    let parts: Vec<Value> = (request.images.iter())
-        .map(|image| {
-            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
-            json!({
-                "type": "image_url",
-                "url": format!("data:{};base64,{data}", image.span.media_type),
-                "uuid": image.span.sha256,
+/// How many image names a client remembers sending to its server.
+const REMEMBERED: usize = 4096;
+/// Cache misses in a row after which a server is sent every image's bytes for good (its cache
+/// is off, or too small to hold a rollout's images).
+const MISSES_TO_GIVE_UP: u32 = 3;
+
+/// The images one server was sent and took, by name, newest last.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    names: std::sync::Mutex<(HashSet<Arc<str>>, VecDeque<Arc<str>>)>,
+    misses: AtomicU32,
+}
+
+impl Sent {
+    /// Whether `sha256` was sent to the server and taken (and the server keeps images).
+    fn knows(&self, sha256: &str) -> bool {
+        self.misses.load(Ordering::Relaxed) < MISSES_TO_GIVE_UP && self.lock().0.contains(sha256)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (HashSet<Arc<str>>, VecDeque<Arc<str>>)> {
+        self.names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers that the server took `request`'s images.
+    pub(super) fn took(&self, request: &GenerateRequest) {
+        let mut names = self.lock();
+        for image in request.images.iter() {
+            if names.0.insert(image.span.sha256.clone()) {
+                names.1.push_back(image.span.sha256.clone());
+            }
+        }
+        while names.1.len() > REMEMBERED {
+            let oldest = names.1.pop_front().expect("longer than the limit");
+            names.0.remove(&oldest);
+        }
+    }
+
+    /// Whether `error` is the server missing an image sent by name; it is then forgotten
+    /// what the server was sent, and the request is to be sent again with every image.
+    pub(super) fn missed(&self, error: &BackendError) -> bool {
+        let missed = matches!(error, BackendError::Status { status: 400, message, .. }
+            if message.contains("Cache miss"));
+        if missed {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            *self.lock() = Default::default();
+        }
+        missed
+    }
+
+    /// A request the server took: its cache held what it was asked for.
+    pub(super) fn hit(&self) {
+        if self.misses.load(Ordering::Relaxed) < MISSES_TO_GIVE_UP {
+            self.misses.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The images as vLLM's `content_parts`, each named by its hash (the `uuid` vLLM keeps the
+    /// processed image under): by name alone when the server took it before (unless
+    /// `every_image`), else with its bytes as a data URL.
+    pub(super) fn content_parts(&self, request: &GenerateRequest, every_image: bool) -> Value {
+        let parts: Vec<Value> = (request.images.iter())
+            .map(|image| {
+                let sha256 = &image.span.sha256;
+                if !every_image && self.knows(sha256) {
+                    return json!({"type": "image_url", "uuid": sha256});
+                }
+                let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+                json!({
+                    "type": "image_url",
+                    "url": format!("data:{};base64,{data}", image.span.media_type),
+                    "uuid": sha256,
+                })
             })
-        })
-        .collect();
-    Value::Array(parts)
+            .collect();
+        Value::Array(parts)
+    }
 }
 
 /// Checks the prompt vLLM reports (`prompt_token_ids`, `mm_placeholders`) against the one the
@@ -123,10 +193,29 @@ mod tests {
     fn runs_are_collapsed_and_checked() {
         let request = request();
         assert_eq!(*collapsed(&request), [1, 9, 2, 9, 3]);
+        let sent = Sent::default();
         assert_eq!(
-            content_parts(&request)[0],
+            sent.content_parts(&request, false)[0],
             json!({"type": "image_url", "url": "data:image/png;base64,cG5n", "uuid": "ab"})
         );
+        sent.took(&request);
+        assert_eq!(
+            sent.content_parts(&request, false)[0],
+            json!({"type": "image_url", "uuid": "ab"})
+        );
+        assert!(sent.content_parts(&request, true)[0].get("url").is_some());
+        let miss = BackendError::Status {
+            url: "u".into(),
+            status: 400,
+            message: "Cache miss for image at index 0 but data is not provided.".into(),
+        };
+        for _ in 0..MISSES_TO_GIVE_UP {
+            assert!(sent.missed(&miss));
+            assert!(sent.content_parts(&request, false)[0].get("url").is_some());
+            sent.took(&request);
+        }
+        // A server whose cache keeps missing gets the bytes from then on.
+        assert!(sent.content_parts(&request, false)[0].get("url").is_some());
         let good = json!({"prompt_token_ids": [1, 9, 9, 9, 2, 9, 9, 3],
             "mm_placeholders": {"image": [{"offset": 1, "length": 3}, {"offset": 5, "length": 2}]}});
         assert!(check("u", &request, &good).is_ok());

@@ -10,6 +10,7 @@ use crate::generation::{
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -39,6 +40,8 @@ pub struct VllmBackend {
     /// Set once the server refused the tokens-in endpoint it lists (vLLM lists it in
     /// `/openapi.json` but answers 403 unless started with `--enable-scale-out`).
     generate_refused: AtomicBool,
+    /// The images the server took, which later requests name without their bytes.
+    sent_images: Arc<images::Sent>,
 }
 
 impl VllmBackend {
@@ -57,6 +60,7 @@ impl VllmBackend {
             model: ServedModel::new(model, fallback),
             endpoint: OnceCell::new(),
             generate_refused: AtomicBool::new(false),
+            sent_images: Default::default(),
         }
     }
 
@@ -167,8 +171,14 @@ impl VllmBackend {
         IdsBody::new("prompt", &request.prompt, body)
     }
 
-    /// The tokens-in body; `ids` are the prompt as sent ([`images::collapsed`]).
-    fn generate_body<'r>(request: &GenerateRequest, ids: &'r [u32]) -> IdsBody<'r> {
+    /// The tokens-in body; `ids` are the prompt as sent ([`images::collapsed`]), its images
+    /// named alone where the server took them before, unless `every_image`.
+    fn generate_body<'r>(
+        &self,
+        request: &GenerateRequest,
+        ids: &'r [u32],
+        every_image: bool,
+    ) -> IdsBody<'r> {
         let mut sampling = json!({
             "n": request.n,
             "logprobs": request.params.top_logprobs.unwrap_or(0),
@@ -184,7 +194,7 @@ impl VllmBackend {
             rest["model"] = json!(adapter);
         }
         if !request.images.is_empty() {
-            rest["content_parts"] = images::content_parts(request);
+            rest["content_parts"] = self.sent_images.content_parts(request, every_image);
             // The expanded prompt comes back, to be checked against the proxy's.
             rest["return_token_ids"] = json!(true);
         }
@@ -322,11 +332,12 @@ impl Backend for VllmBackend {
         let mut endpoint = self.endpoint().await;
         let session = request.session.as_deref();
         let ids = images::collapsed(request);
+        let mut every_image = false;
         let reply: Value = loop {
             self.images_allowed(endpoint, request)?;
             let sent = match endpoint {
                 Endpoint::Generate => {
-                    let body = Self::generate_body(request, &ids);
+                    let body = self.generate_body(request, &ids, every_image);
                     self.http
                         .post(&self.root, GENERATE_PATH, &body, session)
                         .await
@@ -342,11 +353,14 @@ impl Backend for VllmBackend {
                 Err(error) if self.refuses_generate(endpoint, &error) => {
                     endpoint = Endpoint::Completions
                 }
+                Err(error) if !every_image && self.sent_images.missed(&error) => every_image = true,
                 sent => break sent?,
             }
         };
         if !request.images.is_empty() {
             images::check(&self.http.base_url, request, &reply)?;
+            self.sent_images.took(request);
+            self.sent_images.hit();
         }
         let mut choices = reply["choices"]
             .as_array()
@@ -388,10 +402,14 @@ impl Backend for VllmBackend {
         let mut endpoint = self.endpoint().await;
         let session = request.session.as_deref();
         let ids = images::collapsed(request);
+        let mut every_image = false;
         let bytes = loop {
             self.images_allowed(endpoint, request)?;
             let (path, mut body) = match endpoint {
-                Endpoint::Generate => (GENERATE_PATH, Self::generate_body(request, &ids)),
+                Endpoint::Generate => (
+                    GENERATE_PATH,
+                    self.generate_body(request, &ids, every_image),
+                ),
                 Endpoint::Completions => (
                     COMPLETIONS_PATH,
                     Self::completions_body(&self.model_name_for(request).await, request),
@@ -406,10 +424,12 @@ impl Backend for VllmBackend {
                 Err(error) if self.refuses_generate(endpoint, &error) => {
                     endpoint = Endpoint::Completions
                 }
+                Err(error) if !every_image && self.sent_images.missed(&error) => every_image = true,
                 sent => break sent?,
             }
         };
         let http = self.http.clone();
+        let sent_images = self.sent_images.clone();
         let want_top = request.params.top_logprobs.is_some();
         let experts_from = request.routed_experts_from;
         // Prompt and sample so far: the finishing chunk's routed experts cover them.
@@ -419,6 +439,8 @@ impl Backend for VllmBackend {
         Ok(event_stream(self.http.clone(), bytes, move |chunk| {
             if let Some(request) = unchecked.take() {
                 images::check(&http.base_url, &request, chunk)?;
+                sent_images.took(&request);
+                sent_images.hit();
             }
             // A usage-only chunk has no choices.
             let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
@@ -546,7 +568,9 @@ mod tests {
         );
         assert_eq!(body["return_token_ids"], true);
         let generate: Value = serde_json::from_slice(
-            &VllmBackend::generate_body(&request, &request.prompt).to_json(),
+            &backend()
+                .generate_body(&request, &request.prompt, false)
+                .to_json(),
         )
         .unwrap();
         assert_eq!(generate["token_ids"], json!([1, 2]));
@@ -578,7 +602,9 @@ mod tests {
         );
         request.params.constraint = Some(Constraint::JsonSchema(json!({"type": "object"})));
         let generate: Value = serde_json::from_slice(
-            &VllmBackend::generate_body(&request, &request.prompt).to_json(),
+            &backend()
+                .generate_body(&request, &request.prompt, false)
+                .to_json(),
         )
         .unwrap();
         assert_eq!(
