@@ -42,20 +42,28 @@ const REMEMBERED: usize = 4096;
 /// is off, or too small to hold a rollout's images).
 const MISSES_TO_GIVE_UP: u32 = 3;
 
-/// The images one server was sent and took, by name, newest last.
+/// Names remembered: a set to look them up, and their order to forget the oldest.
+#[derive(Debug, Default)]
+struct Names {
+    known: HashSet<Arc<str>>,
+    oldest_first: VecDeque<Arc<str>>,
+}
+
+/// The images one server was sent and took, by name.
 #[derive(Debug, Default)]
 pub(super) struct Sent {
-    names: std::sync::Mutex<(HashSet<Arc<str>>, VecDeque<Arc<str>>)>,
+    names: std::sync::Mutex<Names>,
     misses: AtomicU32,
 }
 
 impl Sent {
     /// Whether `sha256` was sent to the server and taken (and the server keeps images).
     fn knows(&self, sha256: &str) -> bool {
-        self.misses.load(Ordering::Relaxed) < MISSES_TO_GIVE_UP && self.lock().0.contains(sha256)
+        self.misses.load(Ordering::Relaxed) < MISSES_TO_GIVE_UP
+            && self.lock().known.contains(sha256)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashSet<Arc<str>>, VecDeque<Arc<str>>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Names> {
         self.names.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -63,13 +71,16 @@ impl Sent {
     pub(super) fn took(&self, request: &GenerateRequest) {
         let mut names = self.lock();
         for image in request.images.iter() {
-            if names.0.insert(image.span.sha256.clone()) {
-                names.1.push_back(image.span.sha256.clone());
+            if names.known.insert(image.span.sha256.clone()) {
+                names.oldest_first.push_back(image.span.sha256.clone());
             }
         }
-        while names.1.len() > REMEMBERED {
-            let oldest = names.1.pop_front().expect("longer than the limit");
-            names.0.remove(&oldest);
+        while names.oldest_first.len() > REMEMBERED {
+            let oldest = names
+                .oldest_first
+                .pop_front()
+                .expect("longer than the limit");
+            names.known.remove(&oldest);
         }
     }
 
