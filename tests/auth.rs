@@ -179,6 +179,7 @@ fn the_route_table_says_who_may_call_what() {
     assert_eq!(
         named(Access::Operator),
         [
+            "/blobs/{sha256}",
             "/export",
             "/metrics",
             "/pause",
