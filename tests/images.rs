@@ -103,6 +103,51 @@ async fn an_image_rollout_is_one_node_with_its_runs() {
     assert_eq!(last["return_token_ids"], true);
 }
 
+/// A rollout whose bodies are long (32 KiB or more: the proxy reads such a body only where it
+/// is new, `src/chat/resent.rs`) and resend every earlier image: one node holding each image
+/// once, in order, and each turn sends vLLM only its new image's bytes.
+#[tokio::test]
+async fn a_long_rollout_of_large_images_reads_each_once_and_stays_one_node() {
+    let proxy = proxy(Wire::VllmGenerate);
+    let uuid = proxy.session(json!({})).await;
+    let mut messages = Vec::new();
+    let mut sent = Vec::new();
+    for turn in 0..4u32 {
+        let bytes = common::images::noisy_png(120, 100, turn + 1);
+        assert!(bytes.len() > 32 * 1024);
+        messages.push(user(
+            &format!("Turn {turn}?"),
+            &data_url(&bytes, "image/png"),
+        ));
+        sent.push(sha256(&bytes));
+        proxy.worker.expand_images(vec![RUN * 2; 4]);
+        proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
+        let (status, reply) = proxy.chat(&uuid, json!({"messages": messages})).await;
+        assert_eq!(status, 200, "turn {turn}: {reply}");
+        messages.push(reply["choices"][0]["message"].clone());
+    }
+    let nodes = proxy.nodes(&uuid).await;
+    assert_eq!(nodes.len(), 1);
+    let recorded: Vec<&str> = nodes[0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|image| image["sha256"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        recorded,
+        sent.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    // Each turn sent only its new image's bytes.
+    for (turn, request) in proxy.worker.requests().iter().enumerate() {
+        let parts = request["content_parts"].as_array().unwrap();
+        let with_bytes: Vec<usize> = (0..parts.len())
+            .filter(|&i| parts[i].get("url").is_some())
+            .collect();
+        assert_eq!(with_bytes, [turn], "turn {turn}");
+    }
+}
+
 #[tokio::test]
 async fn an_image_the_server_no_longer_keeps_is_sent_again() {
     let proxy = proxy(Wire::VllmGenerate);

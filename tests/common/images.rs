@@ -8,6 +8,24 @@ pub fn png(width: u32, height: u32, seed: u8) -> Vec<u8> {
     encode(width, height, seed, image::ImageFormat::Png)
 }
 
+/// A `width × height` PNG of noise, which does not compress: its size is about 3 bytes a
+/// pixel (a body that holds it is long).
+pub fn noisy_png(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+    let pixels = image::RgbImage::from_fn(width, height, |_, _| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let [a, b, c, _] = state.to_le_bytes();
+        image::Rgb([a, b, c])
+    });
+    let mut out = Vec::new();
+    pixels
+        .write_to(&mut Cursor::new(&mut out), image::ImageFormat::Png)
+        .unwrap();
+    out
+}
+
 /// A `width × height` JPEG whose EXIF orientation (6: turned 90° clockwise) makes it
 /// `height × width` once turned, as vLLM and transformers turn it.
 pub fn turned_jpeg(width: u32, height: u32, seed: u8) -> Vec<u8> {
