@@ -302,11 +302,8 @@ impl SessionLog for Fleet {
     ) -> Result<(), LogError> {
         let mut out = Vec::new();
         codec::encode_commit(session, record, &mut out);
-        let added: Vec<(&str, &[u8])> = (record.images.iter())
-            .filter_map(|span| {
-                let image = images.iter().find(|i| i.span.sha256 == span.sha256)?;
-                Some((&*span.sha256, &*image.bytes))
-            })
+        let added: Vec<(&str, &[u8])> = (record.added_images(images))
+            .map(|image| (&*image.span.sha256, &*image.bytes))
             .collect();
         self.append(session, &out, &added).await
     }

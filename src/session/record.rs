@@ -10,7 +10,7 @@ use super::{
     SegmentCheck, Session, SessionState, TurnRecord,
 };
 use crate::generation::{
-    FinishReason, Generation, ImageSpan, RoutedExperts, StopMatch, WeightSpan,
+    FinishReason, Generation, ImageSpan, PromptImage, RoutedExperts, StopMatch, WeightSpan,
 };
 use std::sync::Arc;
 
@@ -120,6 +120,17 @@ pub struct CommitRecord {
     /// The conversation the turn was sampled after (chat turns): a later turn that sends the
     /// same conversation on may render only what follows, after a restart too.
     pub conversation: Option<ConversationDigest>,
+}
+
+impl CommitRecord {
+    /// The images this record adds, each with its bytes from `prompt` (the prompt's images).
+    pub fn added_images<'a>(
+        &'a self,
+        prompt: &'a [PromptImage],
+    ) -> impl Iterator<Item = &'a PromptImage> + 'a {
+        (self.images.iter())
+            .filter_map(|span| prompt.iter().find(|image| image.span.sha256 == span.sha256))
+    }
 }
 
 /// One sampled choice, as the session records it.

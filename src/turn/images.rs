@@ -97,40 +97,40 @@ pub(super) fn place(
             .map_err(|e| TurnError::Images(e.to_string()))?;
         grids.push(grid);
     }
-    let mut ids = Vec::with_capacity(plan.prompt_ids.len() + 1024);
-    ids.extend_from_slice(&plan.prompt_ids[..plan.base_len]);
-    let mut next = new_images.iter().zip(&grids);
-    for &id in new_ids {
-        if id != pad {
-            ids.push(id);
-            continue;
+    if !new_images.is_empty() {
+        let mut ids = Vec::with_capacity(plan.prompt_ids.len() + 1024);
+        ids.extend_from_slice(&plan.prompt_ids[..plan.base_len]);
+        let mut next = new_images.iter().zip(&grids);
+        for &id in new_ids {
+            if id != pad {
+                ids.push(id);
+                continue;
+            }
+            let (image, grid) = next
+                .next()
+                .expect("one image per placeholder, counted above");
+            let length = grid.tokens(vision.grid.merge_size);
+            placed.push(PromptImage {
+                span: ImageSpan {
+                    sha256: image.facts.sha256.as_str().into(),
+                    media_type: image.facts.media_type.into(),
+                    offset: ids.len(),
+                    length,
+                    grid_thw: grid.0,
+                },
+                bytes: image.bytes.clone(),
+            });
+            ids.resize(ids.len() + length, pad);
         }
-        let (image, grid) = next
-            .next()
-            .expect("one image per placeholder, counted above");
-        let length = grid.tokens(vision.grid.merge_size);
-        placed.push(PromptImage {
-            span: ImageSpan {
-                sha256: image.facts.sha256.as_str().into(),
-                media_type: image.facts.media_type.into(),
-                offset: ids.len(),
-                length,
-                grid_thw: grid.0,
-            },
-            bytes: image.bytes.clone(),
-        });
-        ids.resize(ids.len() + length, pad);
+        plan.prompt_ids = Arc::new(ids);
     }
     let runs: usize = placed.iter().map(|image| image.span.length).sum();
-    if ids.iter().filter(|&&id| id == pad).count() != runs {
+    if plan.prompt_ids.iter().filter(|&&id| id == pad).count() != runs {
         return refuse(
             "the prompt holds an <|image_pad|> outside the runs of its images (one the model \
              sampled in an earlier turn)"
                 .into(),
         );
-    }
-    if !new_images.is_empty() {
-        plan.prompt_ids = Arc::new(ids);
     }
     plan.images = placed.into();
     Ok(plan)

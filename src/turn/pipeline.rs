@@ -277,19 +277,14 @@ impl Pipeline {
         record: &CommitRecord,
         images: &[PromptImage],
     ) -> Result<(), TurnError> {
-        let new: Vec<(Arc<str>, Arc<[u8]>)> = (record.images.iter())
-            .filter_map(|span| {
-                let image = images.iter().find(|i| i.span.sha256 == span.sha256)?;
-                Some((span.sha256.clone(), image.bytes.clone()))
-            })
-            .collect();
+        let new: Vec<PromptImage> = record.added_images(images).cloned().collect();
         if new.is_empty() {
             return Ok(());
         }
         let blobs = self.blobs.clone();
         let kept = tokio::task::spawn_blocking(move || {
             new.iter()
-                .try_for_each(|(sha256, bytes)| blobs.keep(sha256, bytes))
+                .try_for_each(|image| blobs.keep(&image.span.sha256, &image.bytes))
         })
         .await;
         match kept {

@@ -103,6 +103,26 @@ impl VllmBackend {
         refused
     }
 
+    /// Whether a refused request is sent again, and how: to `/v1/completions` when the
+    /// tokens-in endpoint is refused, with every image's bytes when the server missed an image
+    /// it was sent by name.
+    fn send_again(
+        &self,
+        endpoint: &mut Endpoint,
+        every_image: &mut bool,
+        error: &BackendError,
+    ) -> bool {
+        if self.refuses_generate(*endpoint, error) {
+            *endpoint = Endpoint::Completions;
+            return true;
+        }
+        if !*every_image && self.sent_images.missed(error) {
+            *every_image = true;
+            return true;
+        }
+        false
+    }
+
     /// Refuses images where the endpoint cannot take them.
     fn images_allowed(
         &self,
@@ -350,10 +370,7 @@ impl Backend for VllmBackend {
                 }
             };
             match sent {
-                Err(error) if self.refuses_generate(endpoint, &error) => {
-                    endpoint = Endpoint::Completions
-                }
-                Err(error) if !every_image && self.sent_images.missed(&error) => every_image = true,
+                Err(error) if self.send_again(&mut endpoint, &mut every_image, &error) => {}
                 sent => break sent?,
             }
         };
@@ -421,10 +438,7 @@ impl Backend for VllmBackend {
                 .post_stream(&self.root, path, &body, session)
                 .await
             {
-                Err(error) if self.refuses_generate(endpoint, &error) => {
-                    endpoint = Endpoint::Completions
-                }
-                Err(error) if !every_image && self.sent_images.missed(&error) => every_image = true,
+                Err(error) if self.send_again(&mut endpoint, &mut every_image, &error) => {}
                 sent => break sent?,
             }
         };
