@@ -40,9 +40,10 @@ RUN --mount=type=cache,target=/root/.cargo/registry \
 COPY templates /out/usr/share/rollout-proxy/templates
 
 FROM debian:bookworm-slim AS runtime
-# curl for the health check only; apt's lists and caches are not kept.
+# curl for the health check, the system's root certificates for https image URLs; apt's
+# lists and caches are not kept.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends curl \
+    && apt-get install -y --no-install-recommends ca-certificates curl \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home rollout \

@@ -85,6 +85,8 @@ pub struct Settings {
     pub allow_hosts: Vec<String>,
     /// Render every turn's whole conversation (no tail-only renders; `--full-render`).
     pub full_render: bool,
+    /// What image URLs are fetched, from where, and how much.
+    pub image_fetch: crate::fetch::FetchSettings,
 }
 
 /// Start-up failures.
@@ -124,6 +126,9 @@ pub enum ConfigError {
     /// The folder of images in `--data-dir` cannot be made.
     #[error("cannot keep images in {0}")]
     Blobs(String),
+    /// The image fetcher cannot be built (its extra certificates).
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     /// Sessions can be kept in one place only.
     #[error("--data-dir and --store both keep sessions: give one")]
     TwoSessionLogs,
@@ -307,6 +312,7 @@ impl Settings {
                 metrics,
                 model_name: model_name.as_str().into(),
                 blobs,
+                fetcher: Arc::new(crate::fetch::Fetcher::new(self.image_fetch.clone())?),
             },
             sessions,
             journal: journal.clone(),

@@ -47,6 +47,7 @@ pub mod checker;
 pub mod config;
 pub mod engine;
 pub(crate) mod export;
+pub mod fetch;
 pub mod fleet;
 pub mod generation;
 pub mod grammar;

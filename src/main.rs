@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use rollout_proxy::backend::BackendKind;
 use rollout_proxy::config::{ConfigFile, Settings};
 use rollout_proxy::engine::EngineSettings;
+use rollout_proxy::fetch::{FetchSettings, Reach};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,6 +180,25 @@ struct ServeArgs {
     /// is lowered to what a prompt leaves of it (clients such as Claude Code ask for 128000).
     #[arg(long)]
     context_length: Option<u32>,
+    /// Which addresses the image URLs of conversations may lead to: `public` (none of
+    /// loopback, private, link-local or other special ranges), `any` (a trusted network), or
+    /// `off` (images come as data URLs only).
+    #[arg(long, value_enum, default_value_t = Reach::Public)]
+    image_fetch: Reach,
+    /// A host image URLs may name (`.example.com`: any name under it); repeat it for
+    /// several. Without it, any host within --image-fetch.
+    #[arg(long = "image-fetch-host")]
+    image_fetch_hosts: Vec<String>,
+    /// Longest one image URL's fetch may take, redirects included, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    image_fetch_timeout: f64,
+    /// Largest image fetched from a URL, in MiB.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    image_fetch_max_mib: u32,
+    /// PEM certificates trusted besides the system's roots when fetching https image URLs
+    /// (an image host with a private CA).
+    #[arg(long)]
+    image_fetch_ca: Option<PathBuf>,
     /// Send every turn as an OpenTelemetry GenAI span to this OTLP/HTTP collector (a base URL
     /// such as http://localhost:4318, or the full traces URL).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -273,6 +293,22 @@ fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         admin_key: args.admin_key,
         allow_origins: args.allow_origins,
         allow_hosts: args.allow_hosts,
+        image_fetch: FetchSettings {
+            reach: args.image_fetch,
+            hosts: args.image_fetch_hosts,
+            timeout: match args.image_fetch_timeout {
+                secs if secs.is_finite() && secs > 0.0 && secs <= 600.0 => {
+                    std::time::Duration::from_secs_f64(secs)
+                }
+                secs => {
+                    return Err(
+                        format!("--image-fetch-timeout {secs}: give seconds in (0, 600]").into(),
+                    );
+                }
+            },
+            max_bytes: args.image_fetch_max_mib as usize * 1024 * 1024,
+            extra_roots: args.image_fetch_ca,
+        },
     };
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
     actix_web::rt::System::new().block_on(async move {

@@ -298,8 +298,8 @@ async fn bad_images_are_refused_in_each_apis_shape() {
             "aspect ratio 201.0 is over 200",
         ),
         (
-            user("x", "https://example.test/cat.png"),
-            "image URLs are not fetched",
+            user("x", "ftp://example.test/cat.png"),
+            "must be a data: URL (data:image/png;base64,...) or an http(s) URL",
         ),
         (
             json!({"role": "user", "content": many}),

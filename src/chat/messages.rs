@@ -5,7 +5,7 @@
 //! transformers hands them, so messages are normalised here before rendering (the template
 //! engine itself stays faithful to transformers).
 
-use super::images::{Image, Part};
+use super::images::{Image, ImageLink, Part};
 use super::wire::WireMessage;
 use crate::template::{TemplateValue, json_value, template_map};
 use serde_json::{Map, Value};
@@ -141,11 +141,21 @@ impl ChatMessage {
         }
     }
 
-    /// The images the message holds, in order.
+    /// The images the message holds, in order; an image named by URL once it is fetched (a
+    /// turn fetches them all before it renders, and refuses a conversation with one left).
     pub fn images(&self) -> impl Iterator<Item = &Arc<Image>> {
         self.parts.iter().filter_map(|part| match part {
             Part::Image(image) => Some(image),
+            Part::Link(link) => link.image(),
             Part::Text(_) => None,
+        })
+    }
+
+    /// The images the message names by URL.
+    pub fn links(&self) -> impl Iterator<Item = &Arc<ImageLink>> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Link(link) => Some(link),
+            Part::Image(_) | Part::Text(_) => None,
         })
     }
 
@@ -171,7 +181,7 @@ impl ChatMessage {
             Some(Value::String(s)) => (Some(s), Vec::new()),
             Some(Value::Array(parts)) => {
                 let parts = content_parts(&parts).map_err(fail)?;
-                if role == Role::Assistant && parts.iter().any(|p| matches!(p, Part::Image(_))) {
+                if role == Role::Assistant && parts.iter().any(Part::is_image) {
                     return Err(fail("an assistant message cannot hold images".into()));
                 }
                 join_text_parts(parts)
@@ -237,6 +247,10 @@ impl ChatMessage {
                 match part {
                     Part::Text(text) => field(text.as_bytes()),
                     Part::Image(image) => field(image.facts.sha256.as_bytes()),
+                    Part::Link(link) => match link.image() {
+                        Some(image) => field(image.facts.sha256.as_bytes()),
+                        None => field(link.url.as_bytes()),
+                    },
                 }
             }
             hasher.finish()
@@ -343,7 +357,7 @@ fn content_parts(parts: &[Value]) -> Result<Vec<Part>, String> {
                 let url = url.ok_or_else(|| {
                     format!("content[{i}]: an image_url part needs 'image_url.url'")
                 })?;
-                Part::Image(Image::from_url(url).map_err(|e| format!("content[{i}]: {e}"))?)
+                Part::image_url(url).map_err(|e| format!("content[{i}]: {e}"))?
             }
             Some(kind) => {
                 return Err(format!(
@@ -363,7 +377,7 @@ fn join_text_parts(parts: Vec<Part>) -> (Option<String>, Vec<Part>) {
         .iter()
         .filter_map(|part| match part {
             Part::Text(text) => Some(text.as_str()),
-            Part::Image(_) => None,
+            Part::Image(_) | Part::Link(_) => None,
         })
         .collect();
     let content = texts.join("\n");
@@ -377,7 +391,9 @@ fn parts_value(parts: &[Part]) -> TemplateValue {
     let items: Vec<TemplateValue> = parts
         .iter()
         .map(|part| match part {
-            Part::Image(_) => template_map(vec![("type", TemplateValue::from("image"))]),
+            Part::Image(_) | Part::Link(_) => {
+                template_map(vec![("type", TemplateValue::from("image"))])
+            }
             Part::Text(text) => template_map(vec![
                 ("type", TemplateValue::from("text")),
                 ("text", TemplateValue::from(text.as_str())),

@@ -7,7 +7,7 @@ pub(crate) mod request;
 pub(crate) mod resent;
 pub(crate) mod wire;
 
-pub use images::{Image, MAX_IMAGES, Part};
+pub use images::{Image, ImageLink, MAX_IMAGES, Part};
 pub use messages::{ChatMessage, Role, ToolCall};
 pub use request::{CallRules, ChatRequest, MAX_N, RequestError, ResponseFormat, ToolChoice};
 pub use resent::SentConversation;

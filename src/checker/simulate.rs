@@ -10,6 +10,7 @@ use super::rewrite::{self, Rewrite, Sampled};
 use super::scripted::Script;
 use super::shapes::Shape;
 use crate::chat::{CallRules, ChatMessage, ChatRequest, ResponseFormat, ToolChoice};
+use crate::fetch::Fetcher;
 use crate::generation::{FinishReason, Generation, SamplingParams};
 use crate::session::{Api, HistoryMode, SessionOptions, SessionStore};
 use crate::template::{RenderRequest, TemplateValue, json_value};
@@ -103,6 +104,7 @@ fn run_turns(
         metrics: Default::default(),
         model_name: "check-template".into(),
         blobs: Default::default(),
+        fetcher: Arc::new(Fetcher::off()),
     };
     let session = SessionStore::default()
         .create(SessionOptions {

@@ -163,6 +163,7 @@ impl From<TurnError> for ApiError {
             }
             TurnError::EmptyPrompt
             | TurnError::Images(_)
+            | TurnError::Fetch { .. }
             | TurnError::Constraint(_)
             | TurnError::PromptTooLong { .. }
             | TurnError::UnknownToken { .. }

@@ -7,6 +7,7 @@
 pub mod blobs;
 pub(crate) mod completion;
 pub(crate) mod divergences;
+mod fetched;
 mod ids;
 mod log;
 pub(crate) mod node;
@@ -20,6 +21,7 @@ pub use completion::{
     CompletionId, CompletionRecord, ConversationDigest, EchoKey, IssuedToolCall,
     message_fingerprint,
 };
+pub use fetched::{FETCHED_BYTES, FetchedImages};
 pub use ids::Span;
 pub use log::{LockedSession, LogError, SessionHold, SessionLog};
 pub use node::{Divergence, EchoChange, HealedCall, HistoryEntry, Node, SegmentCheck, TurnRecord};
@@ -129,6 +131,8 @@ pub struct Session {
     /// `SentConversation` of what that API reads from each element): the next one, which
     /// resends it, is read only from where it is new.
     sent: std::sync::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// The images fetched for its conversation, by URL.
+    pub fetched: std::sync::Mutex<FetchedImages>,
 }
 
 impl Session {
@@ -188,6 +192,7 @@ impl Session {
             reward: std::sync::Mutex::new(None),
             closed: AtomicBool::new(false),
             sent: std::sync::Mutex::new(None),
+            fetched: Default::default(),
             aborts: tokio::sync::watch::Sender::new(0),
         }
     }

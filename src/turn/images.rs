@@ -10,14 +10,120 @@
 //! image would train the model on the wrong pixels.
 
 use super::{Plan, TurnContext, TurnError};
-use crate::chat::{ChatRequest, Image, MAX_IMAGES};
+use crate::chat::{ChatRequest, Image, ImageLink, MAX_IMAGES};
+use crate::fetch::Fetcher;
 use crate::generation::{ImageSpan, PromptImage};
-use crate::session::SessionState;
+use crate::session::{Session, SessionState};
+use futures::{StreamExt, TryStreamExt};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The conversation's images, in order.
-pub(super) fn of_request(request: &ChatRequest) -> Vec<&Arc<Image>> {
-    request.messages.iter().flat_map(|m| m.images()).collect()
+/// URLs fetched at once for one request.
+const FETCHES_AT_ONCE: usize = 4;
+
+/// The longest stretch of a URL an error quotes.
+const URL_QUOTED: usize = 120;
+
+/// Gives each image the conversation names by URL its bytes: those the session fetched from
+/// that URL before ([`crate::session::FetchedImages`]), else fetched now, each URL once, a few
+/// at a time. Called before the turn holds its session, so a slow image host holds up this
+/// request only.
+pub(super) async fn fetch_links(
+    fetcher: &Fetcher,
+    session: &Session,
+    request: &ChatRequest,
+) -> Result<(), TurnError> {
+    let links = request.messages.iter().flat_map(|m| m.links());
+    let mut pending: Vec<&Arc<ImageLink>> = links.filter(|l| l.image().is_none()).collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    if let Ok(fetched) = session.fetched.lock() {
+        pending.retain(|link| match fetched.get(&link.url) {
+            Some(image) => {
+                link.keep(image);
+                false
+            }
+            None => true,
+        });
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    // Counted before anything is fetched: the fetched ones count among `images`.
+    let images = request.messages.iter().flat_map(|m| m.images()).count();
+    too_many(images + pending.len())?;
+    let mut urls: Vec<&str> = pending.iter().map(|link| link.url.as_str()).collect();
+    urls.sort_unstable();
+    urls.dedup();
+    // The futures are made before they are polled: a closure held across the awaits would
+    // make the streamed turn's task too general for `tokio::spawn`.
+    let fetches: Vec<_> = urls
+        .into_iter()
+        .map(|url| fetch_one(fetcher, url))
+        .collect();
+    let fetched: HashMap<&str, Arc<Image>> = futures::stream::iter(fetches)
+        .buffer_unordered(FETCHES_AT_ONCE)
+        .try_collect()
+        .await?;
+    for link in pending {
+        if let Some(image) = fetched.get(link.url.as_str()) {
+            link.keep(image.clone());
+        }
+    }
+    if let Ok(mut kept) = session.fetched.lock() {
+        fetched
+            .into_iter()
+            .for_each(|(url, image)| kept.keep(url, image));
+    }
+    Ok(())
+}
+
+/// The image at `url`, read.
+async fn fetch_one<'u>(
+    fetcher: &Fetcher,
+    url: &'u str,
+) -> Result<(&'u str, Arc<Image>), TurnError> {
+    let bytes = fetcher.fetch(url).await.map_err(|error| TurnError::Fetch {
+        url: quote(url),
+        error,
+    })?;
+    let image = Image::read(bytes)
+        .map_err(|reason| TurnError::Images(format!("the image at {}: {reason}", quote(url))))?;
+    Ok((url, image))
+}
+
+/// `url`, or its start when it is long.
+fn quote(url: &str) -> String {
+    match url.char_indices().nth(URL_QUOTED) {
+        Some((end, _)) => format!("{}...", &url[..end]),
+        None => url.to_string(),
+    }
+}
+
+/// The conversation's images, in order; refused when one named by URL was not fetched.
+pub(super) fn of_request(request: &ChatRequest) -> Result<Vec<&Arc<Image>>, TurnError> {
+    let unfetched = request
+        .messages
+        .iter()
+        .flat_map(|m| m.links())
+        .find(|l| l.image().is_none());
+    if let Some(link) = unfetched {
+        return Err(TurnError::Images(format!(
+            "the image at {} was not fetched",
+            quote(&link.url)
+        )));
+    }
+    Ok(request.messages.iter().flat_map(|m| m.images()).collect())
+}
+
+fn too_many(images: usize) -> Result<(), TurnError> {
+    if images > MAX_IMAGES {
+        return Err(TurnError::Images(format!(
+            "the conversation holds {images} images; at most {MAX_IMAGES} are taken"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses images the model does not take, before anything is rendered.
@@ -32,13 +138,7 @@ pub(super) fn taken(ctx: &TurnContext, images: &[&Arc<Image>]) -> Result<(), Tur
                 .into(),
         ));
     }
-    if images.len() > MAX_IMAGES {
-        return Err(TurnError::Images(format!(
-            "the conversation holds {} images; at most {MAX_IMAGES} are taken",
-            images.len()
-        )));
-    }
-    Ok(())
+    too_many(images.len())
 }
 
 /// `plan` with its images placed: every new placeholder expanded to its image's run, the runs

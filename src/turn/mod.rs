@@ -96,6 +96,14 @@ pub enum TurnError {
     /// The conversation's images cannot be placed in the prompt ([`images`]).
     #[error("{0}")]
     Images(String),
+    /// An image the conversation names by URL could not be fetched ([`crate::fetch`]).
+    #[error("the image at {url} could not be fetched: {error}")]
+    Fetch {
+        /// The URL (its start, when long).
+        url: String,
+        /// Why.
+        error: crate::fetch::FetchError,
+    },
     /// A text completion's prompt is empty.
     #[error("'prompt' must not be empty")]
     EmptyPrompt,
@@ -148,6 +156,7 @@ impl TurnError {
             Self::EmptyPrompt | Self::UnknownToken { .. } => "bad_prompt",
             Self::Constraint(_) => "constraint",
             Self::Images(_) => "images",
+            Self::Fetch { .. } => "image_fetch",
             Self::Journal(_) => "journal",
             Self::SessionFull { .. } => "session_full",
             Self::PromptTooLong { .. } => "prompt_too_long",

@@ -41,6 +41,8 @@ pub struct Pipeline {
     pub model_name: Arc<str>,
     /// Where the images of recorded turns are kept (by hash), for trainers to fetch.
     pub blobs: Arc<crate::session::Blobs>,
+    /// Fetches the images conversations name by URL.
+    pub fetcher: Arc<crate::fetch::Fetcher>,
 }
 
 /// Counts a turn as under way while it lives.
@@ -85,6 +87,7 @@ impl Pipeline {
         session: &Session,
         request: &ChatRequest,
     ) -> Result<RenderedTurn, TurnError> {
+        super::images::fetch_links(&self.fetcher, session, request).await?;
         let guard = session.state.lock().await;
         let plan = self.plan(session, &guard, request, TailRender::Never)?;
         let prompt_text = plan.prompt_text(&self.context, &guard);
@@ -142,6 +145,9 @@ impl Pipeline {
         request: TurnRequest<'_>,
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
+        if let TurnRequest::Chat(chat) = request {
+            super::images::fetch_links(&self.fetcher, session, chat).await?;
+        }
         let mut guard = lock_open(session, self.log.as_ref()).await?;
         let mut driver = Driver::new(self, session, request, Events::Kept);
         let (first, replayed) = driver.attempt(&guard).await?;

@@ -56,7 +56,7 @@ impl Planner<'_> {
     /// A tail-only render that disagrees with the full one is counted and reported on the
     /// plan ([`Plan::tail_render_disagreed`]); the caller decides what follows.
     pub fn prepare(&self, tail: TailRender) -> Result<Plan, TurnError> {
-        let images = super::images::of_request(self.request);
+        let images = super::images::of_request(self.request)?;
         super::images::taken(self.ctx, &images)?;
         let plan = self.prepare_text(tail)?;
         super::images::place(self.ctx, self.state, &images, plan)

@@ -34,6 +34,7 @@ pub fn fixture_model(name: &str) -> PathBuf {
 
 pub mod client;
 pub mod fleet;
+pub mod image_host;
 pub mod images;
 pub mod llama;
 pub mod mock_worker;

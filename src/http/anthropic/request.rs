@@ -295,8 +295,8 @@ fn block_text(at: At, block: Block) -> Result<String, BadRequest> {
 }
 
 /// An `image` block's image: its `source` is base64 data (`media_type` must be the format
-/// the data holds, as Anthropic requires) or a URL.
-fn image_of(at: At, block: &Block) -> Result<Arc<Image>, BadRequest> {
+/// the data holds, as Anthropic requires) or a URL (fetched before the turn renders).
+fn image_of(at: At, block: &Block) -> Result<Part, BadRequest> {
     let source = block.source.as_ref();
     let field = |name: &str| source.and_then(|s| s.get(name)).and_then(Value::as_str);
     let image = match field("type") {
@@ -315,12 +315,12 @@ fn image_of(at: At, block: &Block) -> Result<Arc<Image>, BadRequest> {
                     declared.unwrap_or("(none)")
                 )));
             }
-            image
+            Part::Image(image)
         }
         Some("url") => {
             let url =
                 field("url").ok_or_else(|| invalid(format!("{at}.source.url: Field required")))?;
-            Image::from_url(url).map_err(|e| invalid(format!("{at}.source: {e}")))?
+            Part::image_url(url).map_err(|e| invalid(format!("{at}.source: {e}")))?
         }
         _ => {
             return Err(invalid(format!(
@@ -335,7 +335,7 @@ fn image_of(at: At, block: &Block) -> Result<Arc<Image>, BadRequest> {
 fn part(at: At, kind: &str, block: Block) -> Result<Part, BadRequest> {
     match kind {
         "text" => Ok(Part::Text(block_text(at, block)?)),
-        "image" => Ok(Part::Image(image_of(at, &block)?)),
+        "image" => image_of(at, &block),
         other => Err(unsupported(at, other)),
     }
 }

@@ -4,7 +4,7 @@
 //! become one assistant message, `function_call_output` the template's tool message, and
 //! `system`/`developer` messages join `instructions` in the system prompt.
 
-use crate::chat::{ChatMessage, Image, Part, Role, ToolCall};
+use crate::chat::{ChatMessage, Part, Role, ToolCall};
 use crate::http::error::BadRequest;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -336,14 +336,19 @@ fn parts_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<Vec<Part>, Ba
                 read.push(Part::Text(text.to_string()))
             }
             ("input_image", _) => {
-                let url = part.image_url.as_ref().and_then(Value::as_str).ok_or_else(|| {
-                    invalid(format!(
-                        "{at}.{field}[{j}].image_url: an input_image needs its image as a data: URL (file_id is not supported)"
-                    ))
-                })?;
+                let url = part
+                    .image_url
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "{at}.{field}[{j}].image_url: an input_image needs its image as a URL, \
+                         data: or http(s) (file_id is not supported)"
+                        ))
+                    })?;
                 let image =
-                    Image::from_url(url).map_err(|e| invalid(format!("{at}.{field}[{j}]: {e}")))?;
-                read.push(Part::Image(image));
+                    Part::image_url(url).map_err(|e| invalid(format!("{at}.{field}[{j}]: {e}")))?;
+                read.push(image);
             }
             ("input_file" | "input_audio", _) => {
                 return Err(invalid(format!(
@@ -367,7 +372,7 @@ fn text_of(at: At, field: &str, raw: Option<&RawValue>) -> Result<String, BadReq
     for part in &parts {
         match part {
             Part::Text(text) => texts.push(text.as_str()),
-            Part::Image(_) => {
+            Part::Image(_) | Part::Link(_) => {
                 return Err(invalid(format!(
                     "{at}.{field}: only user messages and tool outputs hold images"
                 )));

@@ -404,7 +404,8 @@ mod tests {
             ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}),
-                "input[0].content[0].image_url: an input_image needs its image as a data: URL",
+                "input[0].content[0].image_url: an input_image needs its image as a URL, data: or \
+                 http(s) (file_id is not supported)",
             ),
             (
                 json!({"input": [{"role": "assistant", "content": [{"type": "input_image",
