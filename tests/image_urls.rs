@@ -9,11 +9,11 @@
 mod common;
 
 use common::image_host::{Answer, ImageHost};
-use common::images::{png, qwen2_vl_dir, turned_jpeg};
+use common::images::{messages_and_responses_nodes, png, qwen2_vl_dir, sha256, turned_jpeg, user};
 use common::mock_worker::{MockWorker, Sample, Wire};
 use common::{Proxy, assert_openai_error};
 use rollout_proxy::fetch::{FetchSettings, Reach};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::Duration;
 
 const IM_END: u32 = 151645;
@@ -35,19 +35,6 @@ fn anywhere(host: Option<&ImageHost>) -> FetchSettings {
         extra_roots: host.and_then(|h| h.ca.clone()),
         ..FetchSettings::default()
     }
-}
-
-fn user(text: &str, url: &str) -> Value {
-    json!({"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]})
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[tokio::test]
@@ -107,29 +94,9 @@ async fn messages_and_responses_fetch_their_image_urls_too() {
     let cat = png(100, 60, 3);
     let host = ImageHost::start(vec![("/cat.png", Answer::Image(cat.clone()))]);
     let proxy = proxy(anywhere(None));
-    let uuid = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
-    let (status, reply) = proxy
-        .post(
-            &format!("/{uuid}/v1/messages"),
-            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": host.url("/cat.png")}},
-            {"type": "text", "text": "What is it?"}]}]}),
-        )
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    let uuid2 = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
-    let (status, reply) = proxy
-        .post(
-            &format!("/{uuid2}/v1/responses"),
-            json!({"input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": host.url("/cat.png")},
-            {"type": "input_text", "text": "What is it?"}]}]}),
-        )
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    let (a, b) = (proxy.nodes(&uuid).await, proxy.nodes(&uuid2).await);
+    let url = host.url("/cat.png");
+    let source = json!({"type": "url", "url": url});
+    let (a, b) = messages_and_responses_nodes(&proxy, source, &url).await;
     assert_eq!(a[0]["images"][0]["sha256"], sha256(&cat));
     assert_eq!(a[0]["images"], b[0]["images"]);
     assert_eq!(a[0]["tokens"], b[0]["tokens"]);
@@ -224,6 +191,16 @@ async fn urls_out_of_reach_are_refused_before_a_connection_is_made() {
     .await;
     assert_eq!(host.hits("/cat.png"), 0);
     assert_eq!(host.hits("/away"), 4, "each API's turn asked once");
+
+    // A model that takes no images fetches none.
+    let text_only = Proxy::start_with(
+        common::fixture_model("qwen3"),
+        None,
+        MockWorker::start(Wire::VllmGenerate),
+        |settings| settings.image_fetch = anywhere(None),
+    );
+    refused(&text_only, &host.url("/cat.png"), "takes no images").await;
+    assert_eq!(host.hits("/cat.png"), 0);
 
     // Off: no URL is fetched.
     let off = proxy(FetchSettings {

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::images::{base64, data_url, png, qwen2_vl_dir, turned_jpeg};
+use common::images::{
+    base64, data_url, messages_and_responses_nodes, png, qwen2_vl_dir, sha256, turned_jpeg, user,
+};
 use common::mock_worker::{MockWorker, Sample, Wire};
 use common::vllm_generate::IMAGE_PAD;
 use common::{Proxy, assert_node_shape, assert_openai_error};
@@ -19,11 +21,6 @@ const RUN: usize = 8;
 
 fn proxy(wire: Wire) -> Proxy {
     Proxy::start(qwen2_vl_dir(), None, wire)
-}
-
-fn user(text: &str, url: &str) -> Value {
-    json!({"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]})
 }
 
 fn ids(value: &Value) -> Vec<u32> {
@@ -176,14 +173,6 @@ async fn an_image_the_server_no_longer_keeps_is_sent_again() {
         "sent again with its bytes"
     );
     assert_eq!(proxy.nodes(&uuid).await.len(), 1);
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[tokio::test]
@@ -377,27 +366,8 @@ async fn messages_and_responses_send_images_too() {
     let proxy = proxy(Wire::VllmGenerate);
     proxy.worker.expand_images(vec![RUN]);
     let image = png(100, 60, 3);
-    let uuid = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
-    let (status, reply) = proxy
-        .post(&format!("/{uuid}/v1/messages"), json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64(&image)}},
-            {"type": "text", "text": "What is it?"}]}]}))
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    let uuid2 = proxy.session(json!({})).await;
-    proxy.worker.push_sample(Sample::stop(vec![9707, IM_END]));
-    let (status, reply) = proxy
-        .post(
-            &format!("/{uuid2}/v1/responses"),
-            json!({"input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": data_url(&image, "image/png")},
-            {"type": "input_text", "text": "What is it?"}]}]}),
-        )
-        .await;
-    assert_eq!(status, 200, "{reply}");
-    let a = proxy.nodes(&uuid).await;
-    let b = proxy.nodes(&uuid2).await;
+    let source = json!({"type": "base64", "media_type": "image/png", "data": base64(&image)});
+    let (a, b) = messages_and_responses_nodes(&proxy, source, &data_url(&image, "image/png")).await;
     assert_eq!(
         a[0]["images"], b[0]["images"],
         "the same image, placed alike"

@@ -27,8 +27,9 @@ const URL_QUOTED: usize = 120;
 /// Gives each image the conversation names by URL its bytes: those the session fetched from
 /// that URL before ([`crate::session::FetchedImages`]), else fetched now, each URL once, a few
 /// at a time. Called before the turn holds its session, so a slow image host holds up this
-/// request only.
+/// request only; nothing is fetched for a model that takes no images.
 pub(super) async fn fetch_links(
+    ctx: &TurnContext,
     fetcher: &Fetcher,
     session: &Session,
     request: &ChatRequest,
@@ -38,6 +39,7 @@ pub(super) async fn fetch_links(
     if pending.is_empty() {
         return Ok(());
     }
+    takes_images(ctx)?;
     if let Ok(fetched) = session.fetched.lock() {
         pending.retain(|link| match fetched.get(&link.url) {
             Some(image) => {
@@ -131,14 +133,20 @@ pub(super) fn taken(ctx: &TurnContext, images: &[&Arc<Image>]) -> Result<(), Tur
     if images.is_empty() {
         return Ok(());
     }
-    if ctx.vision.is_none() {
-        return Err(TurnError::Images(
+    takes_images(ctx)?;
+    too_many(images.len())
+}
+
+/// Refuses images for a model that takes none.
+fn takes_images(ctx: &TurnContext) -> Result<(), TurnError> {
+    match ctx.vision {
+        Some(_) => Ok(()),
+        None => Err(TurnError::Images(
             "this model takes no images (its folder has no preprocessor_config.json, or its \
              vocabulary no <|image_pad|>)"
                 .into(),
-        ));
+        )),
     }
-    too_many(images.len())
 }
 
 /// `plan` with its images placed: every new placeholder expanded to its image's run, the runs

@@ -87,7 +87,7 @@ impl Pipeline {
         session: &Session,
         request: &ChatRequest,
     ) -> Result<RenderedTurn, TurnError> {
-        super::images::fetch_links(&self.fetcher, session, request).await?;
+        super::images::fetch_links(&self.context, &self.fetcher, session, request).await?;
         let guard = session.state.lock().await;
         let plan = self.plan(session, &guard, request, TailRender::Never)?;
         let prompt_text = plan.prompt_text(&self.context, &guard);
@@ -146,7 +146,7 @@ impl Pipeline {
     ) -> Result<TurnOutput, TurnError> {
         let _under_way = self.under_way();
         if let TurnRequest::Chat(chat) = request {
-            super::images::fetch_links(&self.fetcher, session, chat).await?;
+            super::images::fetch_links(&self.context, &self.fetcher, session, chat).await?;
         }
         let mut guard = lock_open(session, self.log.as_ref()).await?;
         let mut driver = Driver::new(self, session, request, Events::Kept);

@@ -60,7 +60,9 @@ impl Pipeline {
         head: oneshot::Sender<Result<Head, TurnError>>,
     ) {
         let _under_way = self.under_way();
-        if let Err(error) = super::images::fetch_links(&self.fetcher, &session, &request).await {
+        if let Err(error) =
+            super::images::fetch_links(&self.context, &self.fetcher, &session, &request).await
+        {
             return drop(head.send(Err(error)));
         }
         let mut guard = match super::pipeline::lock_open(&session, self.log.as_ref()).await {

@@ -46,6 +46,55 @@ pub fn data_url(bytes: &[u8], media_type: &str) -> String {
     format!("data:{media_type};base64,{}", base64(bytes))
 }
 
+/// The SHA-256 of `bytes`, in lowercase hex (how nodes name images).
+pub fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A user chat message of the image at `url`, then `text`.
+pub fn user(text: &str, url: &str) -> serde_json::Value {
+    serde_json::json!({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}]})
+}
+
+/// One Messages turn whose image block has `source`, and one Responses turn whose
+/// `input_image` is `image_url`, each on a new session of `proxy`; each answered 200. The two
+/// sessions' nodes.
+pub async fn messages_and_responses_nodes(
+    proxy: &super::Proxy,
+    source: serde_json::Value,
+    image_url: &str,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    use super::mock_worker::Sample;
+    use serde_json::json;
+    let mut nodes = Vec::new();
+    for (route, body) in [
+        (
+            "messages",
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": source}, {"type": "text", "text": "What is it?"}]}]}),
+        ),
+        (
+            "responses",
+            json!({"input": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": image_url},
+                {"type": "input_text", "text": "What is it?"}]}]}),
+        ),
+    ] {
+        let uuid = proxy.session(json!({})).await;
+        proxy.worker.push_sample(Sample::stop(vec![9707, 151645]));
+        let (status, reply) = proxy.post(&format!("/{uuid}/v1/{route}"), body).await;
+        assert_eq!(status, 200, "{route}: {reply}");
+        nodes.push(proxy.nodes(&uuid).await);
+    }
+    let responses = nodes.pop().unwrap_or_default();
+    (nodes.pop().unwrap_or_default(), responses)
+}
+
 /// `bytes` in base64.
 pub fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
