@@ -160,6 +160,8 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 impl Settings {
     /// Loads the tokenizer and template and assembles the shared state.
     pub async fn build(self) -> Result<AppState, ConfigError> {
+        // First: a bad --image-fetch-ca is named before any model is loaded.
+        let fetcher = Arc::new(crate::fetch::Fetcher::new(self.image_fetch.clone())?);
         let mut servers = self.config.servers.clone();
         let kind = self.backend_kind.unwrap_or(BackendKind::Vllm);
         servers.extend(
@@ -312,7 +314,7 @@ impl Settings {
                 metrics,
                 model_name: model_name.as_str().into(),
                 blobs,
-                fetcher: Arc::new(crate::fetch::Fetcher::new(self.image_fetch.clone())?),
+                fetcher,
             },
             sessions,
             journal: journal.clone(),

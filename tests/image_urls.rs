@@ -244,3 +244,30 @@ async fn urls_that_cannot_be_fetched_are_refused() {
         "each API's turn: the URL and 3 redirects"
     );
 }
+
+#[test]
+fn bad_fetch_flags_stop_the_proxy_at_start_saying_why() {
+    let missing = common::scratch_dir("image-fetch-flags").join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    for (flags, why) in [
+        (
+            ["--image-fetch-timeout", "0"],
+            "--image-fetch-timeout 0: give seconds",
+        ),
+        (["--image-fetch-max-mib", "0"], "--image-fetch-max-mib"),
+        (["--image-fetch", "sometimes"], "invalid value 'sometimes'"),
+        (
+            ["--image-fetch-ca", missing],
+            "cannot read the certificates of --image-fetch-ca",
+        ),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_rollout-proxy"))
+            .args(["serve", "--port", "0"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?} started");
+        assert!(stderr.contains(why), "{flags:?}: {stderr}");
+    }
+}

@@ -417,6 +417,16 @@ mod tests {
     }
 
     #[test]
+    fn without_root_certificates_https_is_refused_saying_why_and_http_still_fetched() {
+        let mut bare = fetcher(Reach::Any, &[]);
+        bare.no_roots = Some("No CA certificates were loaded from the system".into());
+        let error = check(&bare, "https://127.0.0.1/a.png").unwrap_err();
+        assert!(error.contains("No CA certificates"), "{error}");
+        assert!(error.contains("--image-fetch-ca"), "{error}");
+        assert_eq!(check(&bare, "http://127.0.0.1/a.png"), Ok(()));
+    }
+
+    #[test]
     fn only_the_listed_hosts_are_fetched_from_when_hosts_are_listed() {
         let listed = fetcher(Reach::Any, &["cdn.example.org", ".images.example.com"]);
         for allowed in [
