@@ -245,6 +245,38 @@ async fn urls_that_cannot_be_fetched_are_refused() {
     );
 }
 
+/// However many images a request names, what it fetches is bounded together (64 MiB), as a
+/// body's images are by the body's limit.
+#[tokio::test]
+async fn what_one_request_fetches_is_bounded_together() {
+    // A PNG's header, then 17 MiB the header does not count: an image of 17 MiB.
+    let mut large = png(10, 10, 1);
+    large.resize(17 * 1024 * 1024, 0);
+    let paths: Vec<String> = (0..4).map(|i| format!("/large-{i}.png")).collect();
+    let host = ImageHost::start(
+        paths
+            .iter()
+            .map(|p| (p.as_str(), Answer::Image(large.clone())))
+            .collect(),
+    );
+    let proxy = proxy(anywhere(None));
+    let uuid = proxy.session(json!({})).await;
+    let content: Vec<_> = paths
+        .iter()
+        .map(|p| json!({"type": "image_url", "image_url": {"url": host.url(p)}}))
+        .collect();
+    let (status, reply) = proxy
+        .chat(
+            &uuid,
+            json!({"messages": [{"role": "user", "content": content}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("over 64 MiB together"), "{message}");
+    assert!(proxy.nodes(&uuid).await.is_empty());
+}
+
 #[test]
 fn bad_fetch_flags_stop_the_proxy_at_start_saying_why() {
     let missing = common::scratch_dir("image-fetch-flags").join("missing.pem");

@@ -8,8 +8,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Most bytes of fetched images one session keeps (the oldest go first; one gone is fetched
-/// again when it is named again). The same order as the request body a session keeps to read
-/// the next one only where it is new (`--max-body-mib`'s default).
+/// again when it is named again), and most one request may fetch. The same order as the
+/// request body a session keeps to read the next one only where it is new (`--max-body-mib`'s
+/// default).
 pub const FETCHED_BYTES: usize = 64 * 1024 * 1024;
 
 /// Fetched images by URL, oldest first, within [`FETCHED_BYTES`].

@@ -13,7 +13,7 @@ use super::{Plan, TurnContext, TurnError};
 use crate::chat::{ChatRequest, Image, ImageLink, MAX_IMAGES};
 use crate::fetch::Fetcher;
 use crate::generation::{ImageSpan, PromptImage};
-use crate::session::{Session, SessionState};
+use crate::session::{FETCHED_BYTES, Session, SessionState};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,9 +64,26 @@ pub(super) async fn fetch_links(
         .into_iter()
         .map(|url| fetch_one(fetcher, url))
         .collect();
-    let fetched: HashMap<&str, Arc<Image>> = futures::stream::iter(fetches)
+    let fetched = futures::stream::iter(fetches)
         .buffer_unordered(FETCHES_AT_ONCE)
-        .try_collect()
+        .try_fold(HashMap::new(), |mut fetched, (url, image)| {
+            let total = fetched
+                .values()
+                .map(|i: &Arc<Image>| i.bytes.len())
+                .sum::<usize>();
+            let over = total + image.bytes.len() > FETCHED_BYTES;
+            fetched.insert(url, image);
+            async move {
+                match over {
+                    true => Err(TurnError::Images(format!(
+                        "the images this request names by URL are over {} MiB together (a \
+                         request body's images are bounded too); send fewer per request",
+                        FETCHED_BYTES >> 20
+                    ))),
+                    false => Ok(fetched),
+                }
+            }
+        })
         .await?;
     for link in pending {
         if let Some(image) = fetched.get(link.url.as_str()) {
