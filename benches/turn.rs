@@ -177,8 +177,11 @@ fn bench_render_history(c: &mut Criterion) {
             }
         }
         let req = request(&messages);
-        let values: Vec<TemplateValue> =
-            req.messages.iter().map(|m| m.to_template_value()).collect();
+        let values: Vec<TemplateValue> = req
+            .messages
+            .iter()
+            .map(|m| m.to_template_value(false))
+            .collect();
         let values = TemplateValue::from(values);
         let render = || {
             ctx.template
@@ -217,7 +220,11 @@ fn bench_render_short(c: &mut Criterion) {
     let body = json!({"messages": messages, "tools": tools});
     let body: ChatCompletionBody = serde_json::from_value(body).unwrap();
     let req = body.validate(Some(256)).unwrap().turn;
-    let values: Vec<TemplateValue> = req.messages.iter().map(|m| m.to_template_value()).collect();
+    let values: Vec<TemplateValue> = req
+        .messages
+        .iter()
+        .map(|m| m.to_template_value(false))
+        .collect();
     let values = TemplateValue::from(values);
     let mut group = c.benchmark_group("render_short");
     let declared = req.tools.as_ref().map(|tools| tools.json());

@@ -3,9 +3,9 @@
 //! models' own templates and processor configs), with the tokens-in route on.
 //!
 //! For each model, a two-turn rollout with a new image in each turn (a PNG, then a JPEG that its
-//! EXIF orientation turns), whole and streamed, is one node holding both images' runs; each
-//! turn's prompt ids, sampled ids and logprobs are the ones vLLM's own chat route gives for the
-//! same conversation and seed. Turn two is compared where vLLM's chat route re-tokenizes the
+//! EXIF orientation turns) after a system message of two text parts, whole and streamed, is
+//! one node holding both images' runs; each turn's prompt ids, sampled ids and logprobs are the
+//! ones vLLM's own chat route gives for the same conversation and seed. Turn two is compared where vLLM's chat route re-tokenizes the
 //! first reply as it was sampled (the node keeps the sampled ids; the chat route only has the
 //! text): the test tries seeds until the first reply is one the re-tokenizing matches.
 //!
@@ -174,11 +174,18 @@ async fn two_turns(
     let second = data_url(&turned_jpeg(100, 60, 2), "image/jpeg");
     for seed in 0..SEEDS {
         let uuid = proxy.session(json!({})).await;
-        let mut messages = vec![user(
-            "Describe the picture in one word.",
-            first.clone().into(),
-            true,
-        )];
+        let mut messages = vec![
+            // Several text parts: the templates read parts, and vLLM hands them the parts
+            // (not their text joined by newlines).
+            json!({"role": "system", "content": [
+                {"type": "text", "text": "You see pictures."},
+                {"type": "text", "text": "You answer briefly."}]}),
+            user(
+                "Describe the picture in one word.",
+                first.clone().into(),
+                true,
+            ),
+        ];
         let body = with(json!({"messages": messages}), sampling(seed));
         let (reply, _) = proxy_turn(proxy, &uuid, body.clone(), streamed).await;
         let node = &proxy.nodes(&uuid).await[0];

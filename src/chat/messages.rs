@@ -278,15 +278,19 @@ impl ChatMessage {
         })
     }
 
-    /// The message as transformers passes it to a template: null fields dropped, content a
-    /// string (empty for `null`), tool-call arguments parsed to mappings, and a reasoning field
-    /// mirrored to both `reasoning_content` and `thinking`. Built straight into the template
-    /// engine's values, so the content is copied once. Not kept: a session keeps its last
-    /// conversation's messages, and a second copy of their text would double that.
-    pub fn to_template_value(&self) -> TemplateValue {
+    /// The message as vLLM passes it to a template: null fields dropped, content a string
+    /// (empty for `null`; several text parts joined by newlines) or, for a template that
+    /// `reads_parts` ([`crate::template::ChatTemplate::reads_content_parts`]) and a message
+    /// of several parts, the parts; a message with an image always gives its parts. Tool-call
+    /// arguments are parsed to mappings, and a reasoning field is mirrored to both
+    /// `reasoning_content` and `thinking`. Built straight into the template engine's values,
+    /// so the content is copied once. Not kept: a session keeps its last conversation's
+    /// messages, and a second copy of their text would double that.
+    pub fn to_template_value(&self, reads_parts: bool) -> TemplateValue {
         let mut fields: Vec<(&str, TemplateValue)> = Vec::with_capacity(3 + self.extra.len());
         fields.push(("role", TemplateValue::from(self.role_str())));
-        let content = match self.parts.is_empty() {
+        let as_parts = reads_parts || self.parts.iter().any(Part::is_image);
+        let content = match self.parts.is_empty() || !as_parts {
             true => TemplateValue::from(self.content.as_deref().unwrap_or_default()),
             false => parts_value(&self.parts),
         };
@@ -370,8 +374,8 @@ fn content_parts(parts: &[Value]) -> Result<Vec<Part>, String> {
     Ok(read)
 }
 
-/// The text of `parts` joined by newlines, and the parts themselves when an image is among
-/// them.
+/// The text of `parts` joined by newlines, and the parts themselves when there are several
+/// or an image is among them (a template that reads parts gets them as sent).
 fn join_text_parts(parts: Vec<Part>) -> (Option<String>, Vec<Part>) {
     let texts: Vec<&str> = parts
         .iter()
@@ -381,8 +385,8 @@ fn join_text_parts(parts: Vec<Part>) -> (Option<String>, Vec<Part>) {
         })
         .collect();
     let content = texts.join("\n");
-    let has_image = texts.len() < parts.len();
-    (Some(content), if has_image { parts } else { Vec::new() })
+    let kept = texts.len() < parts.len() || parts.len() > 1;
+    (Some(content), if kept { parts } else { Vec::new() })
 }
 
 /// Content parts as vLLM hands them to a template that reads parts: `{"type": "image"}` and
@@ -435,16 +439,39 @@ mod tests {
         let raw = json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": true}"}}]});
         let message = ChatMessage::parse(0, raw.clone()).unwrap();
+        for reads_parts in [false, true] {
+            assert_eq!(
+                message.to_template_value(reads_parts),
+                json_value(&json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]}))
+            );
+        }
+    }
+
+    /// As vLLM hands content to a template: several text parts joined by newlines for one that
+    /// reads a string, the parts for one that reads parts; one text part a string either way.
+    #[test]
+    fn text_parts_are_joined_or_kept_as_the_template_reads_them() {
+        let two = json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]);
+        let two = ChatMessage::parse(0, json!({"role": "user", "content": two})).unwrap();
+        assert_eq!(two.content.as_deref(), Some("a\nb"));
         assert_eq!(
-            message.to_template_value(),
-            json_value(&json!({"role": "assistant", "content": "", "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": true}}}]}))
+            two.to_template_value(false),
+            json_value(&json!({"role": "user", "content": "a\nb"}))
         );
-        let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
         assert_eq!(
-            ChatMessage::parse(0, parts).unwrap().content.as_deref(),
-            Some("a\nb")
+            two.to_template_value(true),
+            json_value(&json!({"role": "user", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}))
         );
+        let one = json!({"role": "user", "content": [{"type": "text", "text": "a"}]});
+        let one = ChatMessage::parse(0, one).unwrap();
+        for reads_parts in [false, true] {
+            assert_eq!(
+                one.to_template_value(reads_parts),
+                json_value(&json!({"role": "user", "content": "a"}))
+            );
+        }
     }
 
     #[test]

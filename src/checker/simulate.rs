@@ -128,7 +128,7 @@ fn run_turns(
             }
         }
         let request = chat_request(&client, shape)?;
-        let rendered = render(ctx, &request, normalised(&client, shape)?, shape, true);
+        let rendered = render(ctx, &request, normalised(ctx, &client, shape)?, shape, true);
         run.renders.push(rendered.clone());
         let prompt = rendered.text?;
         {
@@ -240,11 +240,16 @@ fn chat_request(messages: &[Value], shape: &Shape) -> Result<ChatRequest, String
 }
 
 /// `messages` as the template gets them, normalised as every turn normalises them.
-fn normalised(messages: &[Value], shape: &Shape) -> Result<Vec<TemplateValue>, String> {
+fn normalised(
+    ctx: &TurnContext,
+    messages: &[Value],
+    shape: &Shape,
+) -> Result<Vec<TemplateValue>, String> {
+    let reads_parts = ctx.template.reads_content_parts();
     Ok(chat_request(messages, shape)?
         .messages
         .iter()
-        .map(|m| m.to_template_value())
+        .map(|m| m.to_template_value(reads_parts))
         .collect())
 }
 
@@ -301,10 +306,10 @@ fn written_reply(
     };
     let mut first = None;
     for (index, form) in forms.iter().enumerate() {
-        let mut values = normalised(client, shape)?;
+        let mut values = normalised(ctx, client, shape)?;
         // The first form as a turn normalises it; the others as they are.
         values.push(match index {
-            0 => normalised(std::slice::from_ref(form), shape)?.remove(0),
+            0 => normalised(ctx, std::slice::from_ref(form), shape)?.remove(0),
             _ => json_value(form),
         });
         let Ok(full) = render(ctx, request, values, shape, false).text else {
@@ -326,8 +331,15 @@ fn history_len(
     messages: &[Value],
     shape: &Shape,
 ) -> Result<usize, String> {
-    let history = render(ctx, request, normalised(messages, shape)?, shape, false).text?;
-    let prompt = render(ctx, request, normalised(messages, shape)?, shape, true).text?;
+    let history = render(
+        ctx,
+        request,
+        normalised(ctx, messages, shape)?,
+        shape,
+        false,
+    )
+    .text?;
+    let prompt = render(ctx, request, normalised(ctx, messages, shape)?, shape, true).text?;
     Ok(match prompt.starts_with(&history) {
         true => history.len(),
         false => crate::template::common_prefix_len(&prompt, &history),
@@ -345,7 +357,7 @@ fn locate_message(
 ) -> Option<usize> {
     let request = chat_request(&messages[..1], shape).ok()?;
     (1..before.message).rev().find_map(|count| {
-        let values = normalised(&messages[..count], shape).ok()?;
+        let values = normalised(ctx, &messages[..count], shape).ok()?;
         let text = render(ctx, &request, values, shape, false).text.ok()?;
         (text.len() <= at && before.prompt.starts_with(&text)).then_some(count)
     })

@@ -44,6 +44,8 @@ pub struct ChatTemplate {
     /// The Jinja source, as loaded.
     source: Arc<str>,
     renders_tool_calls: bool,
+    /// Reads a message's content as a list of parts ([`ChatTemplate::reads_content_parts`]).
+    reads_content_parts: bool,
     /// Tool lists already converted for the template.
     tools: tools::ToolsCache,
 }
@@ -86,13 +88,43 @@ impl ChatTemplate {
         let kept: Arc<str> = Arc::from(source.as_str());
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
-        Ok(Self {
+        let mut template = Self {
             env,
             name: name.into(),
             special_tokens,
             source: kept,
             renders_tool_calls,
+            reads_content_parts: false,
             tools: Default::default(),
+        };
+        template.reads_content_parts = template.renders_parts();
+        Ok(template)
+    }
+
+    /// Whether the template writes the text of a message whose content is a list of parts
+    /// (`[{"type": "text", "text": ...}, ...]`) as text: the vision-language templates iterate
+    /// over the parts, the others read a string (and write a list as its repr, or nothing, or
+    /// fail). vLLM decides the same from the template's syntax tree ("openai" or "string"
+    /// content format) and hands the one kind parts, the other the texts joined by newlines;
+    /// here the template is asked, by one render at load.
+    pub fn reads_content_parts(&self) -> bool {
+        self.reads_content_parts
+    }
+
+    fn renders_parts(&self) -> bool {
+        let part =
+            |text: &str| template_map([("type", Value::from("text")), ("text", Value::from(text))]);
+        let parts = Value::from(vec![part("\u{1}part-one"), part("\u{1}part-two")]);
+        let message = template_map([("role", Value::from("user")), ("content", parts)]);
+        let rendered = self.render(RenderRequest {
+            messages: &Value::from(vec![message]),
+            tools: None,
+            add_generation_prompt: true,
+            kwargs: None,
+        });
+        rendered.is_ok_and(|text| {
+            let as_repr = text.contains("'text'") || text.contains("\"text\"");
+            text.contains("\u{1}part-one") && text.contains("\u{1}part-two") && !as_repr
         })
     }
 

@@ -167,6 +167,36 @@ mod tests {
             .unwrap()
     }
 
+    /// The content format vLLM 0.32 reads from each template's syntax tree
+    /// (`vllm.renderers.hf._detect_content_format`: "openai" reads parts, "string" a string),
+    /// which the proxy's one render at load agrees with: bundled templates and the fetched
+    /// fixtures' own.
+    #[test]
+    fn templates_read_parts_where_vllm_finds_they_do() {
+        for (name, reads_parts) in [
+            ("chatml", false),
+            ("gpt_oss", false),
+            ("hermes", false),
+            ("qwen2_vl", true),
+            ("qwen3_vl", true),
+        ] {
+            let spec = TemplateSpec::Bundled(name.into());
+            let template = load_template(Some(&spec), None).unwrap();
+            assert_eq!(template.reads_content_parts(), reads_parts, "{name}");
+        }
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cache");
+        for (model, reads_parts) in [
+            ("deepseek_v3", false),
+            ("gemma3", true),
+            ("llama3_1", false),
+            ("qwen3", false),
+            ("smollm2", false),
+        ] {
+            let template = load_template(None, Some(&fixtures.join(model))).unwrap();
+            assert_eq!(template.reads_content_parts(), reads_parts, "{model}");
+        }
+    }
+
     #[test]
     fn model_folder_sources_in_transformers_order() {
         let config =

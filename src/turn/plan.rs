@@ -310,10 +310,10 @@ impl Planner<'_> {
         if ctx.harmony
             && let Some(named) = with_function_name(message, &request.messages)
         {
-            return named.to_template_value();
+            return named.to_template_value(ctx.template.reads_content_parts());
         }
         if message.tool_calls.is_empty() || ctx.template.renders_tool_calls() {
-            return message.to_template_value();
+            return message.to_template_value(ctx.template.reads_content_parts());
         }
         let arguments: Vec<Value> = message
             .tool_calls
@@ -334,7 +334,7 @@ impl Planner<'_> {
         let mut written = message.clone();
         written.content = Some(content);
         written.tool_calls = Vec::new();
-        written.to_template_value()
+        written.to_template_value(ctx.template.reads_content_parts())
     }
 }
 

@@ -110,7 +110,7 @@ mod tests {
         let body: crate::http::openai::request::ChatCompletionBody =
             serde_json::from_value(json!({"messages": messages})).unwrap();
         let request = body.validate(None).unwrap().turn;
-        let values = request.messages.iter().map(|m| m.to_template_value());
+        let values = request.messages.iter().map(|m| m.to_template_value(false));
         (TemplateValue::from(values.collect::<Vec<_>>()), request)
     }
 

@@ -26,7 +26,7 @@ fn render_raw(
         .map(|((message, completion), sent)| match completion {
             // Harmony's channel markup cannot stand as content: the template renders the
             // message as the client sent it back (content, reasoning and calls).
-            Some(_) if ctx.harmony => sent.to_template_value(),
+            Some(_) if ctx.harmony => sent.to_template_value(ctx.template.reads_content_parts()),
             Some(completion) => assistant_value(&raw_text(ctx, state, *completion)),
             None => message.clone(),
         })
