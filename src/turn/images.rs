@@ -66,25 +66,22 @@ pub(super) async fn fetch_links(
         .collect();
     let fetched = futures::stream::iter(fetches)
         .buffer_unordered(FETCHES_AT_ONCE)
-        .try_fold(HashMap::new(), |mut fetched, (url, image)| {
-            let total = fetched
-                .values()
-                .map(|i: &Arc<Image>| i.bytes.len())
-                .sum::<usize>();
-            let over = total + image.bytes.len() > FETCHED_BYTES;
+        .try_fold((HashMap::new(), 0), |(mut fetched, total), (url, image)| {
+            let total = total + image.bytes.len();
             fetched.insert(url, image);
             async move {
-                match over {
+                match total > FETCHED_BYTES {
                     true => Err(TurnError::Images(format!(
                         "the images this request names by URL are over {} MiB together (a \
                          request body's images are bounded too); send fewer per request",
                         FETCHED_BYTES >> 20
                     ))),
-                    false => Ok(fetched),
+                    false => Ok((fetched, total)),
                 }
             }
         })
-        .await?;
+        .await?
+        .0;
     for link in pending {
         if let Some(image) = fetched.get(link.url.as_str()) {
             link.keep(image.clone());
